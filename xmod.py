@@ -1,0 +1,733 @@
+"""
+xmod.py: Dense, Mixture-of-Depths (MoD), X-MoD and a small Mixture-of-Experts (MoE), side by side, in one file.
+
+Read it top to bottom:
+  1. GPTConfig ........ the model's shape, with a clear error for every bad field
+  2. the backbone ..... RMSNorm, RoPE attention that takes explicit positions, MLP, Block
+  3. routing .......... capacity_k, route_topk, Router (scores, gate, causal threshold), depth_balance_loss
+  4. RoutedBlock ...... MoD / X-MoD: a whole block that only k tokens per sequence go through
+                        (naive path: a loop over sequences with boolean masks; fast path: batched gather/scatter)
+  5. MoE .............. token-choice top-k over experts (naive: loop over experts; fast: sort by expert + bmm)
+  6. GPT .............. layout, forward -> (logits, loss), stats, accounting (params, FLOPs), generate
+  7. match_flops ...... FLOP-match a sparse model to a dense one
+  8. `python xmod.py` . the model zoo table
+
+The paper ("X-MoD: Practical Scaling Laws for Sparse-Depth Routing Beyond Mixture-of-Depths") is known to us by its
+abstract only; where a choice below is our reading of it, the comment says so. Shapes: B batch, T time (context),
+C channels (n_embd), k tokens routed per sequence, E experts, H expert hidden size.
+"""
+import math
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+MODELS = ('dense', 'mod', 'xmod', 'moe')
+IMPLS = ('fast', 'naive')
+GATES = ('variance', 'plain')
+ROUTINGS = ('topk', 'causal')
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# 1. Config
+
+@dataclass
+class GPTConfig:
+    # backbone (defaults: the laptop-sized char-level Shakespeare model)
+    block_size: int = 256
+    vocab_size: int = 84            # char-level Shakespeare (modern spelling) has 84 distinct characters
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    dropout: float = 0.0
+    bias: bool = False
+    model: str = 'dense'            # 'dense' | 'mod' | 'xmod' | 'moe'
+    impl: str = 'fast'              # 'fast' (static shapes, compiles) | 'naive' (the idea, plainly)
+    # sparse depth (mod, xmod)
+    stride: int = 4                 # xmod: layer l is a dense anchor when l % stride == 0; mod always alternates (2)
+    capacity: float = 0.125         # fraction c of each sequence's tokens that a routed layer processes
+    gate: Optional[str] = None      # 'variance' (X-MoD) | 'plain' (MoD's raw router weight); None = family default
+    balance: Optional[float] = None  # depth-balance loss coefficient; None = family default (xmod 0.1, mod 0)
+    router_aux: float = 0.1         # BCE loss teaching the router to predict its own top-k choice (causal routing)
+    router_momentum: float = 0.98   # EMA momentum of the calibrated causal threshold
+    # mixture of experts (moe)
+    n_expert: int = 8
+    expert_top_k: int = 2
+    expert_hidden: Optional[int] = None   # None: 4*n_embd // expert_top_k, so active params match a dense MLP
+    expert_capacity_factor: float = 1.25
+    moe_aux: float = 0.01           # Switch load-balancing loss coefficient
+    moe_zloss: float = 0.001        # router z-loss coefficient
+
+    def __post_init__(self):
+        def bad(name, allowed):
+            raise ValueError(f"GPTConfig.{name}={getattr(self, name)!r} is invalid: allowed {allowed}")
+        if self.model not in MODELS:
+            bad('model', ' | '.join(MODELS))
+        if self.impl not in IMPLS:
+            bad('impl', ' | '.join(IMPLS))
+        for name in ('n_layer', 'n_head', 'n_embd', 'block_size', 'vocab_size', 'n_expert', 'expert_top_k'):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                bad(name, 'an integer >= 1')
+        if self.n_embd % self.n_head != 0:
+            bad('n_embd', f'a multiple of n_head={self.n_head}')
+        if (self.n_embd // self.n_head) % 2 != 0:
+            bad('n_head', f'a divisor of n_embd={self.n_embd} leaving an even head size (RoPE rotates pairs)')
+        if not 0.0 < self.capacity <= 1.0:
+            bad('capacity', 'a number in (0, 1]')
+        if int(self.capacity * self.block_size + 0.5) == 0:
+            bad('capacity', f'at least {0.5 / self.block_size:.4g} so that a routed layer of block_size='
+                            f'{self.block_size} selects at least one token (k = int(capacity*block_size + 0.5))')
+        if self.stride < 1:
+            bad('stride', 'an integer >= 1')
+        if self.gate is None:
+            self.gate = 'variance' if self.model == 'xmod' else 'plain'
+        if self.gate not in GATES:
+            bad('gate', ' | '.join(GATES))
+        if self.balance is None:
+            self.balance = 0.1 if self.model == 'xmod' else 0.0
+        if self.balance < 0 or self.router_aux < 0 or self.moe_aux < 0 or self.moe_zloss < 0:
+            bad('balance' if self.balance < 0 else 'router_aux', 'a coefficient >= 0')
+        if not 0.0 <= self.router_momentum < 1.0:
+            bad('router_momentum', 'a number in [0, 1)')
+        if self.expert_top_k > self.n_expert:
+            bad('expert_top_k', f'an integer in [1, n_expert={self.n_expert}]')
+        if self.expert_hidden is None:
+            self.expert_hidden = max(1, 4 * self.n_embd // self.expert_top_k)
+        if self.expert_hidden < 1:
+            bad('expert_hidden', 'an integer >= 1')
+        if self.expert_capacity_factor <= 0:
+            bad('expert_capacity_factor', 'a number > 0')
+        if not 0.0 <= self.dropout < 1.0:
+            bad('dropout', 'a number in [0, 1)')
+
+    def is_dense_layer(self, l):
+        """The layer layout of DESIGN.md: which layers are dense (anchors) and which are routed."""
+        if self.model == 'mod':
+            return l % 2 == 0              # MoD: one dense, one sparse (Raposo et al., 2024)
+        if self.model == 'xmod':
+            return l % self.stride == 0    # X-MoD: anchors every `stride` layers, capacity independent of stride
+        return True                        # dense; moe (its attention is dense, its MLP is a mixture)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# 2. The backbone: pre-norm decoder block with RoPE attention that takes each token's position explicitly
+
+def rope_tables(head_size, block_size, base=10000.0):
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_size, 2).float() / head_size))
+    angles = torch.outer(torch.arange(block_size).float(), inv_freq)   # (block_size, hs/2)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x, cos, sin):
+    """x (B, nh, T, hs); cos/sin (B or 1, T, hs/2) gathered at each token's own position."""
+    x1, x2 = x.chunk(2, dim=-1)
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)    # broadcast over heads
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+class Attention(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.n_head, self.dropout = config.n_head, config.dropout
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.resid_dropout = nn.Dropout(config.dropout)
+        cos, sin = rope_tables(config.n_embd // config.n_head, config.block_size)
+        self.register_buffer('cos', cos, persistent=False)   # not in the state_dict: both impls load the same
+        self.register_buffer('sin', sin, persistent=False)
+
+    def forward(self, x, pos, attn_mask=None):
+        """x (B, T, C); pos (T,) or (B, T): each token's ORIGINAL position in its sequence. After a routed gather the
+        tokens are a subsequence, and RoPE must still rotate them by where they were, not by 0..k-1 (a known bug of
+        public MoD code). attn_mask (B, 1, T, T) bool, or None for plain causal attention in the given order."""
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+        cos, sin = self.cos[pos], self.sin[pos]
+        if cos.dim() == 2:
+            cos, sin = cos.unsqueeze(0), sin.unsqueeze(0)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block. `delta` is its update f(x) = attn + mlp: the block's output is x + f(x).
+    Routed layers add g * w(r) * f(x) instead, so the residual x is added exactly once (public MoD code that adds
+    the block's *output* x + f(x) back onto x counts the residual twice)."""
+
+    def __init__(self, config, mlp=None):
+        super().__init__()
+        self.ln_1 = nn.RMSNorm(config.n_embd)
+        self.attn = Attention(config)
+        self.ln_2 = nn.RMSNorm(config.n_embd)
+        self.mlp = mlp if mlp is not None else MLP(config)
+
+    def delta(self, x, pos, attn_mask=None):
+        a = self.attn(self.ln_1(x), pos, attn_mask)
+        return a + self.mlp(self.ln_2(x + a))
+
+    def forward(self, x, pos, routing='topk'):
+        return x + self.delta(x, pos)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# 3. Routing: which tokens a routed layer takes, and how much of its update they keep
+
+def capacity_k(capacity, T):
+    """Tokens per sequence that a routed layer processes: round half up, never 0. The one rule used everywhere
+    (routing, FLOPs, FLOP matching, the bad-config check)."""
+    return max(1, int(capacity * T + 0.5))
+
+
+def route_topk(scores, k):
+    """Expert-choice top-k over each sequence (MoD, Raposo et al. 2024): the k highest scores of every row.
+    scores (B, T) -> idx (B, k) sorted by position, mask (B, T) bool, cut (B,): a score between the k-th and the
+    (k+1)-th, so that mask == scores > cut. Selection is per batch element: a token competes only with its own
+    sequence. It is NOT causal: whether token i is kept depends on later tokens' scores."""
+    T = scores.size(1)
+    top = torch.topk(scores, min(k + 1, T), dim=1).values              # (B, k+1)
+    cut = (top[:, k - 1] + top[:, k]) / 2 if k < T else top[:, -1] - 1.0
+    idx = torch.topk(scores, k, dim=1).indices.sort(dim=1).values      # (B, k) in original order
+    mask = torch.zeros_like(scores, dtype=torch.bool).scatter(1, idx, True)
+    return idx, mask, cut
+
+
+def depth_balance_loss(p, target):
+    """X-MoD's depth-wise token balancing (our reading): keep every token's expected routed depth near c*R.
+    p (R, B, T): each routed layer's soft choice of each token; target: c*R. Centring p on each layer's detached
+    top-k cut-off (p = sigmoid(r - cut), see Router) makes the loss act on the realised selection, not on an
+    uncalibrated sigmoid(r); normalised by R so the coefficient does not scale with depth."""
+    depth = p.sum(0)                                                   # (B, T) expected routed depth per token
+    return ((depth - target) ** 2).mean() / p.size(0)
+
+
+class Router(nn.Module):
+    """Scores each token for one routed layer, turns a score into the gate on the layer's update, and keeps the
+    calibrated threshold that causal routing uses."""
+
+    def __init__(self, config, routed_per_span):
+        super().__init__()
+        self.variance = config.gate == 'variance'
+        self.momentum = config.router_momentum
+        self.weight = nn.Parameter(torch.empty(1, config.n_embd))
+        # X-MoD's variance-scaled layer-wise gate (our reading): a learnable scalar g_l per routed layer,
+        # initialised to 1/sqrt(routed layers per anchor span) so that a longer span of routed layers does not
+        # inflate the residual stream's variance. Unused by the plain gate (kept so state_dicts always match).
+        self.gain = nn.Parameter(torch.tensor(1.0 / math.sqrt(max(1, routed_per_span))))
+        # running (debiased) EMA of the batch's top-k cut-off: the causal threshold, frozen at eval
+        self.register_buffer('thr_sum', torch.zeros(()))
+        self.register_buffer('thr_steps', torch.zeros(()))
+
+    def forward(self, x):
+        """x (B, T, C) -> scores (B, T). The variance gate normalises each token's input (RMSNorm) and the weight
+        (unit norm), so scores have the same scale at every depth and use no statistics across positions (a
+        per-batch or per-sequence normalisation would leak the future into causal routing)."""
+        if self.variance:
+            return F.linear(F.rms_norm(x, (x.size(-1),)), self.weight / self.weight.norm()).squeeze(-1)
+        return F.linear(x, self.weight).squeeze(-1)
+
+    def gate(self, r):
+        """Multiplier on a selected token's update, with the router on the gradient path."""
+        if self.variance:
+            return self.gain * torch.sigmoid(r)     # X-MoD: g_l * sigmoid(normalised score)
+        return r                                    # MoD: the raw router weight (Raposo et al., 2024)
+
+    def threshold(self):
+        return self.thr_sum / (1.0 - self.momentum ** self.thr_steps).clamp_min(1e-12)
+
+    @torch.no_grad()
+    def update_threshold(self, r, k):
+        """Track the batch's (1 - c) score quantile: the cut between its (B*k)-th and (B*k+1)-th highest scores.
+        A fixed sigmoid(r) > 0.5 keeps far fewer than c of the tokens at small capacity (DESIGN.md)."""
+        flat = r.detach().flatten()
+        n = r.size(0) * k
+        top = torch.topk(flat, min(n + 1, flat.numel())).values
+        cut = (top[n - 1] + top[n]) / 2 if n < flat.numel() else top[-1] - 1.0
+        self.thr_sum.mul_(self.momentum).add_((1 - self.momentum) * cut)
+        self.thr_steps.add_(1)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# 4. The routed block (MoD and X-MoD)
+
+class RoutedBlock(nn.Module):
+    """A whole block (attention + MLP) that only some tokens go through; every other token passes untouched.
+      routing='topk'   (training): exactly k = capacity_k(c, T) tokens per sequence, the k highest router scores.
+      routing='causal' (sampling, honest validation): token i is taken when its score passes the calibrated
+                        threshold, which uses no other position. The number taken varies per sequence.
+    Selected tokens keep their order and their original positions; attention runs among them only, causally.
+    The update is gated: x_i <- x_i + gate(r_i) * f(x_i)."""
+
+    def __init__(self, config, layer_idx, routed_per_span):
+        super().__init__()
+        self.layer_idx, self.capacity, self.impl = layer_idx, config.capacity, config.impl
+        self.block = Block(config)
+        self.router = Router(config, routed_per_span)
+
+    def forward(self, x, pos, routing='topk'):
+        B, T, C = x.size()
+        r = self.router(x)                                                  # (B, T)
+        w = self.router.gate(r)                                             # (B, T)
+        info = {'scores': r}
+        if routing == 'topk':
+            k = capacity_k(self.capacity, T)
+            idx, mask, cut = route_topk(r, k)
+            if self.training:
+                self.router.update_threshold(r, k)
+            info['cut'] = cut
+        else:
+            idx, mask = None, r > self.router.threshold()                   # causal: token i's own score only
+        info['mask'] = mask
+        if self.impl == 'naive':
+            x = self.forward_naive(x, mask, w)
+        elif routing == 'topk':
+            x = self.forward_fast(x, idx, w)
+        else:
+            x = self.forward_fast_masked(x, mask, w)
+        return x, info
+
+    def forward_naive(self, x, mask, w):
+        """The idea, plainly: for each sequence, pick its selected tokens with a boolean mask, run the block on that
+        subsequence at the tokens' original positions, and add the gated update back onto those tokens only."""
+        out = x.clone()
+        for b in range(x.size(0)):
+            pos = mask[b].nonzero().squeeze(1)                              # (k_b,) original positions, ascending
+            if pos.numel() == 0:
+                continue
+            xs = x[b, pos].unsqueeze(0)                                     # (1, k_b, C)
+            f = self.block.delta(xs, pos)                                   # (1, k_b, C)
+            out[b, pos] = x[b, pos] + w[b, pos].unsqueeze(-1) * f[0]
+        return out
+
+    def forward_fast(self, x, idx, w):
+        """Top-k, static shapes: gather the k tokens of every sequence at once, run the block batched, scatter-add
+        the gated update. scatter_add touches only the selected rows, so every other token is bit-for-bit x."""
+        C = x.size(-1)
+        gidx = idx.unsqueeze(-1).expand(-1, -1, C)                          # (B, k, C)
+        xs = torch.gather(x, 1, gidx)                                       # (B, k, C)
+        f = self.block.delta(xs, idx)                                       # (B, k, C); RoPE at positions idx
+        ws = torch.gather(w, 1, idx).unsqueeze(-1)                          # (B, k, 1)
+        return torch.scatter_add(x, 1, gidx, ws * f)
+
+    def forward_fast_masked(self, x, mask, w):
+        """Causal routing, static shapes: the number of selected tokens varies per sequence, so run the block on all
+        T tokens with an attention mask that lets a query see only selected keys (and itself, so no row is empty),
+        then keep the update of selected tokens only. Same result as the naive gather; costs a dense layer."""
+        B, T, C = x.size()
+        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        eye = torch.eye(T, dtype=torch.bool, device=x.device)
+        attn_mask = (causal & (mask.unsqueeze(1) | eye)).unsqueeze(1)        # (B, 1, T, T): query t, key j
+        f = self.block.delta(x, torch.arange(T, device=x.device), attn_mask)  # (B, T, C)
+        return torch.where(mask.unsqueeze(-1), x + w.unsqueeze(-1) * f, x)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# 5. The small MoE: token-choice top-k over experts, Switch balancing, z-loss, capacity factor
+
+class MoE(nn.Module):
+    """Replaces a block's MLP. Each token picks its expert_top_k experts (softmax over the router's logits,
+    renormalised over the chosen ones). Each expert takes at most `cap` tokens per batch; first choices have
+    priority over second choices, then earlier tokens; the rest are dropped (they pass through the residual).
+    A batch-wide capacity makes a token depend on later positions, so causal routing drops no token."""
+
+    def __init__(self, config):
+        super().__init__()
+        E, C, H = config.n_expert, config.n_embd, config.expert_hidden
+        self.E, self.top_k, self.cf, self.impl = E, config.expert_top_k, config.expert_capacity_factor, config.impl
+        self.router = nn.Linear(C, E, bias=False)
+        self.w_fc = nn.Parameter(torch.empty(E, C, H))       # expert e: x @ w_fc[e] -> gelu -> @ w_proj[e]
+        self.w_proj = nn.Parameter(torch.empty(E, H, C))
+        self.dropout = nn.Dropout(config.dropout)
+        self.routing = 'topk'                                # set by GPT.forward before each call
+        self.info = {}
+
+    def capacity(self, N):
+        if self.routing == 'causal':
+            return N
+        return min(N, math.ceil(self.cf * self.top_k * N / self.E))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        xf = x.reshape(B * T, C)                                             # (N, C)
+        logits = self.router(xf)                                             # (N, E)
+        probs = F.softmax(logits.float(), dim=-1)
+        topv, tope = torch.topk(probs, self.top_k, dim=-1)                   # (N, K)
+        weights = (topv / topv.sum(-1, keepdim=True)).to(x.dtype)
+        cap = self.capacity(B * T)
+        if self.impl == 'naive':
+            y, kept = self.forward_naive(xf, tope, weights, cap)
+        else:
+            y, kept = self.forward_fast(xf, tope, weights, cap)
+        # Switch load balancing (Fedus et al. 2021): E * sum_e f_e * P_e, f_e the fraction of assignments to e,
+        # P_e the mean router probability: equals 1 when routing is uniform.
+        load = torch.zeros(self.E, device=x.device).scatter_add(0, tope.flatten(), torch.ones(tope.numel(),
+                                                                device=x.device)) / tope.numel()
+        self.info = {
+            'balance': self.E * (load * probs.mean(0)).sum(),
+            'zloss': torch.logsumexp(logits.float(), dim=-1).pow(2).mean(),  # router z-loss (Zoph et al. 2022)
+            'load': load.detach(),
+            'drop_frac': 1.0 - kept.detach().float() / tope.numel(),
+        }
+        return self.dropout(y.view(B, T, C))
+
+    def expert(self, e, x):
+        return F.gelu(x @ self.w_fc[e]) @ self.w_proj[e]
+
+    def forward_naive(self, xf, tope, weights, cap):
+        """Loop over experts. Assignments in priority order: all first choices (by token), then second choices."""
+        y = torch.zeros_like(xf)
+        kept = torch.zeros((), device=xf.device)
+        for e in range(self.E):
+            choice, tok = (tope == e).t().nonzero(as_tuple=True)             # choice-major, then token order
+            choice, tok = choice[:cap], tok[:cap]                            # the rest overflow the capacity
+            y[tok] += weights[tok, choice].unsqueeze(-1) * self.expert(e, xf[tok])
+            kept = kept + tok.numel()
+        return y, kept
+
+    def forward_fast(self, xf, tope, weights, cap):
+        """Sort assignments by expert (stable, so priority order is kept), give each a slot in its expert's buffer
+        (E, cap, C), run all experts as one batched matmul, and add the weighted results back to their tokens."""
+        N, C = xf.size()
+        K, E = self.top_k, self.E
+        expert = tope.t().reshape(-1)                                        # (K*N,) priority order
+        token = torch.arange(N, device=xf.device).repeat(K)                  # (K*N,)
+        weight = weights.t().reshape(-1)                                     # (K*N,)
+        order = torch.sort(expert, stable=True).indices
+        expert, token, weight = expert[order], token[order], weight[order]
+        counts = torch.zeros(E, dtype=torch.long, device=xf.device).scatter_add(0, expert, torch.ones_like(expert))
+        start = torch.cumsum(counts, 0) - counts                             # first sorted index of each expert
+        rank = torch.arange(K * N, device=xf.device) - start[expert]         # position within its expert
+        keep = rank < cap
+        slot = torch.where(keep, expert * cap + rank, E * cap)               # dropped -> a spare row, discarded
+        buf = torch.zeros(E * cap + 1, C, dtype=xf.dtype, device=xf.device).index_copy(0, slot, xf[token])
+        h = F.gelu(torch.bmm(buf[:-1].view(E, cap, C), self.w_fc))           # (E, cap, H)
+        out = torch.bmm(h, self.w_proj).view(E * cap, C)                     # (E*cap, C)
+        out = torch.cat([out, out.new_zeros(1, C)])
+        y = torch.zeros_like(xf).index_add(0, token, out[slot] * (weight * keep).unsqueeze(-1))
+        return y, keep.sum()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# 6. The model
+
+class GPT(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        kinds = self.layer_kinds()
+        routed_per_span = 1 if config.model == 'mod' else max(1, config.stride - 1)
+        layers = []
+        for l, kind in enumerate(kinds):
+            if kind == 'routed':
+                layers.append(RoutedBlock(config, l, routed_per_span))
+            elif kind == 'moe':
+                layers.append(Block(config, mlp=MoE(config)))
+            else:
+                layers.append(Block(config))
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList(layers),
+            ln_f=nn.RMSNorm(config.n_embd),
+        ))
+        # Tied input/output embedding (as GPT-2 and nanoGPT): at GPT-2's vocabulary it is most of a small model's
+        # parameters, and every count we report is non-embedding anyway.
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():
+            if name.endswith('c_proj.weight') or name.endswith('w_proj'):   # GPT-2's scaled residual projections
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+            elif name.endswith('w_fc'):
+                nn.init.normal_(p, mean=0.0, std=0.02)
+        self.stats = {}
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        elif isinstance(module, Router):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def layer_kinds(self):
+        return layer_kinds(self.config)
+
+    # -- forward ---------------------------------------------------------------------------------------------------
+
+    def forward(self, idx, targets=None, routing='topk'):
+        """idx (B, T) token ids; targets (B, T) or None. routing: 'topk' (training) or 'causal' (sampling and the
+        honest validation loss). Returns (logits, loss); logits are (B, T, V) with targets, else (B, 1, V).
+        loss = language-model cross-entropy + the auxiliary losses (router BCE, depth balance, MoE)."""
+        if routing not in ROUTINGS:
+            raise ValueError(f"routing={routing!r} is invalid: allowed {' | '.join(ROUTINGS)}")
+        c = self.config
+        B, T = idx.size()
+        if T > c.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size={c.block_size}")
+        pos = torch.arange(T, device=idx.device)
+        x = self.transformer.drop(self.transformer.wte(idx))               # (B, T, C)
+        stats, routed = {}, []
+        moe_balance, moe_z, moe_drop = x.new_zeros(()), x.new_zeros(()), x.new_zeros(())
+        for l, layer in enumerate(self.transformer.h):
+            if isinstance(layer, RoutedBlock):
+                x, info = layer(x, pos, routing)
+                routed.append((l, layer, info))
+            else:
+                if isinstance(layer.mlp, MoE):
+                    layer.mlp.routing = routing
+                x = layer(x, pos)
+                if isinstance(layer.mlp, MoE):
+                    info = layer.mlp.info
+                    moe_balance, moe_z, moe_drop = moe_balance + info['balance'], moe_z + info['zloss'], \
+                        moe_drop + info['drop_frac']
+                    stats[f'moe_load_max_{l}'] = info['load'].max() * layer.mlp.E   # 1 = uniform
+                    stats[f'moe_drop_frac_{l}'] = info['drop_frac']
+        x = self.transformer.ln_f(x)
+
+        aux = self.routing_losses(routed, routing, T, stats)
+        n_moe = sum(isinstance(layer, Block) and isinstance(layer.mlp, MoE) for layer in self.transformer.h)
+        if n_moe:
+            stats['aux_moe'] = (moe_balance / n_moe).detach()
+            stats['aux_z'] = (moe_z / n_moe).detach()
+            stats['moe_drop_frac'] = (moe_drop / n_moe).detach()
+            aux = aux + c.moe_aux * moe_balance / n_moe + c.moe_zloss * moe_z / n_moe
+
+        if targets is not None:
+            logits = self.lm_head(x)                                         # (B, T, V)
+            # flatten (B, T) together: one target per position of every sequence
+            lm_loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+            loss = lm_loss + aux
+            stats['lm_loss'] = lm_loss.detach()
+            stats['loss'] = loss.detach()
+        else:
+            logits = self.lm_head(x[:, [-1], :])                             # (B, 1, V): generation needs only this
+            loss = None
+        self.stats = stats
+        return logits, loss
+
+    def routing_losses(self, routed, routing, T, stats):
+        """Router BCE and depth balance (top-k only) and the per-layer routing statistics, written into stats."""
+        c = self.config
+        aux = torch.zeros((), device=self.lm_head.weight.device)
+        if not routed:
+            return aux
+        bce, soft, depth = [], [], 0
+        for l, layer, info in routed:
+            r, mask = info['scores'], info['mask']
+            causal_pick = r > layer.router.threshold()
+            stats[f'sel_frac_{l}'] = mask.float().mean().detach()
+            stats[f'causal_rate_{l}'] = causal_pick.float().mean().detach()
+            stats[f'gate_{l}'] = (layer.router.gain if c.gate == 'variance' else
+                                  (layer.router.gate(r) * mask).sum() / mask.sum().clamp_min(1)).detach()
+            depth = depth + mask.float()                                     # (B, T) realised routed depth
+            if routing == 'topk':
+                # The router learns to predict its own top-k choice from the token alone (for causal routing).
+                # Targets: this sequence's own top-k mask (B, T), detached; never another sequence's.
+                centred = r - info['cut'].unsqueeze(1)                       # (B, T); > 0 exactly where selected
+                bce.append(F.binary_cross_entropy_with_logits(centred, mask.float()))
+                soft.append(torch.sigmoid(centred))
+                stats[f'router_acc_{l}'] = (causal_pick == mask).float().mean().detach()
+        stats['depth_mean'] = depth.mean().detach()
+        stats['depth_std'] = depth.std().detach()                           # spread of realised depth over tokens
+        if routing == 'topk':
+            stats['aux_router'] = torch.stack(bce).mean().detach()
+            aux = aux + c.router_aux * torch.stack(bce).mean()
+            target = sum(capacity_k(c.capacity, T) / T for _ in routed)      # c * R, with c as realised at T
+            bal = depth_balance_loss(torch.stack(soft), target)
+            stats['aux_balance'] = bal.detach()
+            if c.balance > 0:
+                aux = aux + c.balance * bal
+        return aux
+
+    def get_stats(self):
+        """model.stats as plain floats (one host sync), for logging."""
+        return {k: float(v) for k, v in self.stats.items()}
+
+    # -- accounting ------------------------------------------------------------------------------------------------
+
+    def num_params(self, non_embedding=True):
+        """Total parameters; non-embedding excludes the (tied) token embedding. There is no position table (RoPE)."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= self.transformer.wte.weight.numel()
+        return n
+
+    def num_active_params(self):
+        """Active-equivalent non-embedding parameters: what one token uses on average in training (top-k) mode.
+        A routed block counts k/T of its block (at T = block_size) plus its router; an MoE layer counts its
+        attention, router and expert_top_k experts."""
+        c = self.config
+        frac = capacity_k(c.capacity, c.block_size) / c.block_size
+        n = sum(p.numel() for p in self.transformer.ln_f.parameters())
+        for layer in self.transformer.h:
+            if isinstance(layer, RoutedBlock):
+                n += frac * sum(p.numel() for p in layer.block.parameters())
+                n += sum(p.numel() for p in layer.router.parameters())
+            elif isinstance(layer.mlp, MoE):
+                moe = layer.mlp
+                n += sum(p.numel() for p in layer.parameters())
+                n -= (moe.E - moe.top_k) * (moe.w_fc[0].numel() + moe.w_proj[0].numel())
+            else:
+                n += sum(p.numel() for p in layer.parameters())
+        return n
+
+    def flops_per_token(self, T=None, batch_size=1):
+        return flops_per_token(self.config, T, batch_size)
+
+    # -- training and generation -----------------------------------------------------------------------------------
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        """AdamW; matrices decay, vectors and scalars (norms, biases, gates) do not. Router weights are matrices
+        (1, C) but we keep them out of decay: their scale is the routing decision (plain gate)."""
+        decay, no_decay = [], []
+        for name, p in self.named_parameters():
+            if not p.requires_grad:
+                continue
+            (decay if p.dim() >= 2 and 'router.weight' not in name else no_decay).append(p)
+        groups = [{'params': decay, 'weight_decay': weight_decay}, {'params': no_decay, 'weight_decay': 0.0}]
+        fused = device_type == 'cuda'
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
+        """Sample with causal routing: no routed layer or expert looks at a position after the one predicted."""
+        for _ in range(max_new_tokens):
+            idx_cond = idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size:]
+            logits, _ = self(idx_cond, routing='causal')
+            logits = logits[:, -1, :] / max(temperature, 1e-8)
+            if top_k is not None:
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float('inf')
+            idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+            idx = torch.cat((idx, idx_next), dim=1)
+        return idx
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# 7. Accounting from the config alone, and FLOP matching
+
+def layer_kinds(config):
+    """e.g. ['dense', 'routed', 'routed', 'routed', 'dense', ...] for xmod with stride 4."""
+    if config.model == 'moe':
+        return ['moe'] * config.n_layer
+    return ['dense' if config.is_dense_layer(l) else 'routed' for l in range(config.n_layer)]
+
+
+def flops_per_token(config, T=None, batch_size=1):
+    """Forward FLOPs per token that the fast path executes in training (top-k) mode at context T (a matmul of
+    m x n by n x p is 2mnp). Attention is counted without causal halving, as torch's FlopCounterMode does.
+    batch_size only matters for the MoE, whose per-expert capacity is rounded up per batch."""
+    c = config
+    T = T or c.block_size
+    d, V = c.n_embd, c.vocab_size
+    total = 2 * d * V                                         # LM head
+    for kind in layer_kinds(c):
+        if kind == 'dense':
+            total += 24 * d * d + 4 * T * d                   # qkv 6d^2 + proj 2d^2 + mlp 16d^2; QK^T and AV 4Td
+        elif kind == 'routed':
+            k = capacity_k(c.capacity, T)
+            total += (k / T) * 24 * d * d + 4 * k * k * d / T + 2 * d   # k tokens, k x k attention, the router
+        else:
+            N = batch_size * T
+            cap = min(N, math.ceil(c.expert_capacity_factor * c.expert_top_k * N / c.n_expert))
+            slots = c.n_expert * cap / N                      # expert slots per token, capacity padding included
+            total += 8 * d * d + 4 * T * d + 2 * d * c.n_expert + slots * 4 * d * c.expert_hidden
+    return total
+
+
+config_flops = flops_per_token
+
+
+def match_flops(dense, model, stride=None, n_layer=None, capacity=None, tol=0.02, max_layers=None):
+    """Return a `model` config whose forward FLOPs per token at dense.block_size are within tol of the dense config's.
+    mod/xmod: with n_layer given, solve the capacity (an integer k of block_size tokens); without it, try every total
+    depth and keep the one whose solved capacity is closest (in ratio) to `capacity` (default dense.capacity, i.e. 0.125).
+    moe: solve expert_hidden. Raises ValueError when nothing lands within tol."""
+    if dense.model != 'dense':
+        raise ValueError(f"match_flops needs a dense config, got model={dense.model!r}")
+    T = dense.block_size
+    target = config_flops(dense)
+    capacity = capacity if capacity is not None else dense.capacity
+    base = replace(dense, model=model, stride=stride if stride is not None else dense.stride, gate=None, balance=None)
+    if model == 'moe':
+        best = min((replace(base, expert_hidden=h) for h in range(1, 8 * dense.n_embd + 1)),
+                   key=lambda cfg: abs(config_flops(cfg) - target))
+        cands = [best]
+    elif model in ('mod', 'xmod'):
+        depths = [n_layer] if n_layer is not None else range(1, (max_layers or 8 * dense.n_layer) + 1)
+        cands = []
+        for L in depths:
+            cfg = replace(base, n_layer=L)
+            n_routed = sum(not cfg.is_dense_layer(l) for l in range(L))
+            if n_routed == 0:
+                continue
+            ks = range(1, T + 1)
+            k = min(ks, key=lambda k: abs(config_flops(replace(cfg, capacity=k / T)) - target))
+            cands.append(replace(cfg, capacity=k / T))
+        cands = [cfg for cfg in cands if abs(config_flops(cfg) / target - 1) <= tol]
+        cands.sort(key=lambda cfg: (abs(math.log(cfg.capacity / capacity)), cfg.n_layer))   # closest in ratio
+    else:
+        raise ValueError(f"match_flops: model={model!r} is invalid: allowed mod | xmod | moe")
+    if not cands or abs(config_flops(cands[0]) / target - 1) > tol:
+        what = f"n_layer={n_layer}" if n_layer is not None else "any depth"
+        raise ValueError(f"match_flops: no {model} config with {what} (stride={base.stride}) lands within "
+                         f"{tol:.0%} of the dense model's {target:.4g} FLOPs/token at T={T}; change depth or width")
+    return cands[0]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# 8. The model zoo: `python xmod.py`
+
+def layout_string(model):
+    return ''.join({'dense': 'D', 'routed': 'r', 'moe': 'E'}[k] for k in model.layer_kinds())
+
+
+def zoo(dense=None):
+    """The default small config of each family, the sparse ones FLOP-matched to the dense one."""
+    dense = dense or GPTConfig()
+    configs = [dense, match_flops(dense, 'mod'), match_flops(dense, 'xmod', stride=4),
+               match_flops(dense, 'xmod', stride=2), replace(dense, model='moe')]
+    rows = []
+    for cfg in configs:
+        with torch.device('meta'):
+            m = GPT(cfg)
+        total, active = m.num_params(), m.num_active_params()
+        rows.append(dict(model=cfg.model, stride=cfg.stride if cfg.model == 'xmod' else '-', n_layer=cfg.n_layer,
+                         capacity=f"{cfg.capacity:.4f}" if cfg.model in ('mod', 'xmod') else '-',
+                         layout=layout_string(m), params=total, active=int(round(active)),
+                         rho=total / active, flops=m.flops_per_token()))
+    return rows
+
+
+if __name__ == '__main__':
+    base = GPTConfig()
+    print(f"Model zoo: n_embd={base.n_embd}, n_head={base.n_head}, block_size={base.block_size}, "
+          f"vocab_size={base.vocab_size}; sparse families FLOP-matched (within 2%) to the dense model. "
+          f"Layout: D dense, r routed, E MoE. Params are non-embedding.\n")
+    print("| model | stride | n_layer | capacity | layout | params | active | rho | FLOPs/token |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in zoo(base):
+        print(f"| {r['model']} | {r['stride']} | {r['n_layer']} | {r['capacity']} | {r['layout']} | "
+              f"{r['params']:,} | {r['active']:,} | {r['rho']:.2f} | {r['flops'] / 1e6:.2f}M |")
