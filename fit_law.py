@@ -51,7 +51,8 @@ other one (val_loss, top-k routing) side by side.
 Input validation (a one-line message naming the file; never a traceback):
   exit 2:  an argument that matches nothing, or a folder with no run.json in or below it;
            run.json unreadable or not valid JSON, or missing a contract key, or a model not in dense/mod/xmod/moe,
-           or params/flops that are not positive finite numbers, or params_active > params_total;
+           or params/flops that are not positive finite numbers, or params_active > params_total, or a seed that
+           is not an integer;
            log.csv of a finished run missing, empty, with a missing contract column, a ragged row, or a
            non-number/NaN/inf in step, tokens, flops, val_loss or val_loss_causal in any row (a diverged or corrupted
            run: look at it and leave it out of the inputs rather than have it silently dropped);
@@ -66,6 +67,8 @@ Input validation (a one-line message naming the file; never a traceback):
            table and the loss plots, but has no Delta).
   warning only:  log.csv's last flops differing from 3 * flops_per_token * tokens by > 1%; a --holdout that
            selects nothing; a dense fit that is ill-posed (few runs, one N or one D, rank-deficient Jacobian).
+  Config "gate": null / "balance": null mean the family default (as xmod.py resolves them): for xmod the variance
+  gate and balance > 0, i.e. full X-MoD. MoD's layout is stride 2 whatever its config's stride says.
   Pairing: a dense run with the same n_embd, block_size and seed, final tokens within 1% and flops_per_token within
   2%; of several, the closest in flops_per_token.
 
@@ -249,6 +252,13 @@ def load_run(d):
             raise InputError(f'{jpath}: config is missing key "{k}"')
     if cfg['model'] not in FAMILIES:
         raise InputError(f'{jpath}: unknown model {cfg["model"]!r} (expected one of {", ".join(FAMILIES)})')
+    # gate/balance None mean the family default, resolved as xmod.py's GPTConfig does: X-MoD's variance gate and
+    # balancing for xmod, MoD's plain gate and no balancing otherwise
+    cfg = dict(cfg)
+    if cfg['gate'] is None:
+        cfg['gate'] = 'variance' if cfg['model'] == 'xmod' else 'plain'
+    if cfg['balance'] is None:
+        cfg['balance'] = 0.1 if cfg['model'] == 'xmod' else 0.0
     # the routing knobs are checked only where they mean something: dense and MoE runs may carry anything there
     ints = ('n_layer', 'n_embd', 'block_size') + (('stride',) if cfg['model'] == 'xmod' else ())
     for k in ints:
@@ -258,6 +268,8 @@ def load_run(d):
     for k in nums:
         if isinstance(cfg[k], bool) or not isinstance(cfg[k], (int, float)) or not math.isfinite(cfg[k]):
             raise InputError(f'{jpath}: config {k} must be a number, got {cfg[k]!r}')
+    if isinstance(meta['seed'], bool) or not isinstance(meta['seed'], int):
+        raise InputError(f'{jpath}: seed must be an integer, got {meta["seed"]!r}')
     n_total = positive_number(meta, 'params_total', jpath)
     n_active = positive_number(meta, 'params_active', jpath)
     fpt = positive_number(meta, 'flops_per_token', jpath)

@@ -408,6 +408,7 @@ def test_no_sparse_run_with_partner_exits_2(tmp_path, capsys):
     (lambda m: m['config'].update(model='transformer'), "unknown model 'transformer'"),
     (lambda m: m.update(params_active=1e12), 'params_active'),
     (lambda m: m.update(flops_per_token=float('nan')), 'flops_per_token'),
+    (lambda m: m.update(seed='0'), 'seed must be an integer'),
 ])
 def test_bad_run_json_exits_2(tmp_path, capsys, edit, says):
     root = tiny_sweep(tmp_path / 'runs')
@@ -425,3 +426,17 @@ def test_nothing_found_exits_2(tmp_path, capsys):
     os.makedirs(tmp_path / 'empty')
     code, err = run_main(capsys, str(tmp_path / 'empty'), '--out', str(tmp_path / 'out'))
     assert code == 2 and 'no run.json' in err
+
+
+def test_null_gate_and_balance_mean_the_family_default(tmp_path, capsys):
+    """train.py may write its raw config, where gate/balance None mean the family default (xmod.py)."""
+    root = tiny_sweep(tmp_path / 'runs')
+    path = os.path.join(root, 'xmod_s4_c0.125_T128_s0', 'run.json')
+    meta = json.load(open(path))
+    meta['config'].update(gate=None, balance=None)
+    json.dump(meta, open(path, 'w'))
+    code, err = run_main(capsys, root, '--out', str(tmp_path / 'out'), '--bootstrap', '0', '--holdout',
+                         "gate == 'plain' and model == 'xmod'")
+    assert code == 0 and 'selects no run' in err
+    fj = json.load(open(tmp_path / 'out' / 'fit.json'))
+    assert fj['relative']['n_pairs'] == 1  # counted as full X-MoD
