@@ -51,7 +51,7 @@ class GPTConfig:
     gate: Optional[str] = None      # 'variance' (X-MoD) | 'plain' (MoD's raw router weight); None = family default
     balance: Optional[float] = None  # depth-balance loss coefficient; None = family default (xmod 0.1, mod 0)
     router_aux: float = 0.1         # BCE loss teaching the router to predict its own top-k choice (causal routing)
-    router_momentum: float = 0.98   # EMA momentum of the calibrated causal threshold
+    router_momentum: float = 0.9    # EMA momentum of the calibrated causal threshold
     # mixture of experts (moe)
     n_expert: int = 8
     expert_top_k: int = 2

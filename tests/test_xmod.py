@@ -1,0 +1,457 @@
+"""Tests of xmod.py: the four families, naive == fast, compile, causality, RoPE positions, the residual, router
+gradients and targets, FLOP accounting, balancing, causal calibration, the MoE's losses and drops, bad configs."""
+import math
+import os
+import sys
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from xmod import (GPT, GPTConfig, MoE, RoutedBlock, capacity_k, flops_per_token, layer_kinds,  # noqa: E402
+                  match_flops, route_topk)
+
+torch.set_num_threads(min(2, torch.get_num_threads()))
+V = 48
+
+
+def tiny(model, **kw):
+    args = dict(model=model, n_layer=4, n_head=2, n_embd=32, block_size=32, vocab_size=V, stride=2, capacity=0.25)
+    args.update(kw)
+    return GPTConfig(**args)
+
+
+def batch(B, T, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, V, (B, T), generator=g), torch.randint(0, V, (B, T), generator=g)
+
+
+def bigram_corpus(n=30000, seed=0):
+    """Text-like tokens: a sparse random bigram chain (each token has 4 likely successors), no dominant token."""
+    g = torch.Generator().manual_seed(seed)
+    succ = torch.randint(0, V, (V, 4), generator=g)
+    out = torch.empty(n, dtype=torch.long)
+    t = 0
+    for i in range(n):
+        t = int(succ[t, torch.randint(0, 4, (1,), generator=g)]) if torch.rand(1, generator=g) < 0.9 else \
+            int(torch.randint(0, V, (1,), generator=g))
+        out[i] = t
+    return out
+
+
+CORPUS = None
+
+
+def corpus_batch(B, T, g):
+    global CORPUS
+    if CORPUS is None:
+        CORPUS = bigram_corpus()
+    ix = torch.randint(0, len(CORPUS) - T - 1, (B,), generator=g)
+    return (torch.stack([CORPUS[i:i + T] for i in ix]), torch.stack([CORPUS[i + 1:i + T + 1] for i in ix]))
+
+
+def routed_layers(model):
+    return [layer for layer in model.transformer.h if isinstance(layer, RoutedBlock)]
+
+
+def rel_err(a, b):
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# basics
+
+@pytest.mark.parametrize('model', ['dense', 'mod', 'xmod', 'moe'])
+def test_shapes_finite_and_learns_a_batch(model):
+    torch.manual_seed(0)
+    m = GPT(tiny(model))
+    x, y = batch(4, 32)
+    logits, loss = m(x, y)
+    assert logits.shape == (4, 32, V) and torch.isfinite(loss)
+    logits, loss = m(x)
+    assert logits.shape == (4, 1, V) and loss is None
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    m(x, y)
+    start = m.stats['lm_loss'].item()
+    for _ in range(50):
+        _, loss = m(x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    m(x, y)
+    assert m.stats['lm_loss'].item() < start / 2
+
+
+def test_layer_layout():
+    assert layer_kinds(tiny('xmod', n_layer=8, stride=4)) == ['dense', 'routed', 'routed', 'routed'] * 2
+    assert layer_kinds(tiny('mod', n_layer=4, stride=4)) == ['dense', 'routed'] * 2   # mod ignores stride
+    assert layer_kinds(tiny('xmod', n_layer=4, stride=1)) == ['dense'] * 4             # stride 1 is dense
+    assert GPT(tiny('moe')).layer_kinds() == ['moe'] * 4
+    assert tiny('xmod').gate == 'variance' and tiny('mod').gate == 'plain'
+    assert tiny('xmod').balance > 0 and tiny('mod').balance == 0
+
+
+def test_same_state_dict_across_impls():
+    for model in ['mod', 'xmod', 'moe']:
+        fast, naive = GPT(tiny(model)), GPT(tiny(model, impl='naive'))
+        assert fast.state_dict().keys() == naive.state_dict().keys()
+        naive.load_state_dict(fast.state_dict())   # strict
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# naive == fast, compile
+
+CASES = [('mod', 2, 32, 0.25, 2), ('xmod', 3, 32, 0.125, 4), ('xmod', 2, 17, 0.5, 3), ('xmod', 1, 8, 1.0, 2),
+         ('moe', 3, 16, 0.25, 2), ('moe', 2, 32, 0.25, 2)]
+
+
+@pytest.mark.parametrize('model,B,T,capacity,stride', CASES)
+def test_naive_equals_fast(model, B, T, capacity, stride):
+    extra = dict(expert_capacity_factor=0.6) if model == 'moe' and T == 32 else {}   # force MoE drops
+    cfg = tiny(model, n_layer=4 if stride < 4 else 5, capacity=capacity, stride=stride, **extra)
+    torch.manual_seed(1)
+    fast = GPT(cfg)
+    naive = GPT(replace(cfg, impl='naive'))
+    x, y = batch(B, T, seed=2)
+    fast(x, y)                                    # one training forward: sets the causal thresholds
+    naive.load_state_dict(fast.state_dict())
+    for routing, train in [('topk', True), ('topk', False), ('causal', False)]:
+        for m in (fast, naive):
+            m.train(train)
+            m.zero_grad()
+        lf, Lf = fast(x, y, routing=routing)
+        Lf.backward()
+        ln, Ln = naive(x, y, routing=routing)
+        Ln.backward()
+        assert rel_err(lf, ln) <= 1e-4 and rel_err(Lf, Ln) <= 1e-4
+        for k in fast.stats:
+            assert rel_err(fast.stats[k], naive.stats[k]) <= 1e-4, k
+        for (name, pf), pn in zip(fast.named_parameters(), naive.parameters()):
+            assert (pf.grad is None) == (pn.grad is None), name
+            if pf.grad is not None:
+                assert rel_err(pf.grad, pn.grad) <= 1e-4, (routing, name)
+        for bf, bn in zip(fast.buffers(), naive.buffers()):
+            assert torch.allclose(bf, bn), routing
+    if model == 'moe' and extra:
+        fast.train()
+        fast(x, y)
+        assert fast.stats['moe_drop_frac'] > 0        # the case really exercised dropping
+
+
+@pytest.mark.parametrize('model', ['xmod', 'moe'])
+def test_fast_path_compiles_without_graph_breaks(model):
+    torch._dynamo.reset()
+    cfg = tiny(model, n_layer=2)
+    torch.manual_seed(0)
+    m = GPT(cfg).eval()
+    x, y = batch(2, 32)
+    for routing in ('topk', 'causal'):
+        explained = torch._dynamo.explain(m)(x, y, routing=routing)
+        assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
+    compiled = torch.compile(m, fullgraph=True)
+    for routing in ('topk', 'causal'):
+        lc, Lc = compiled(x, y, routing=routing)
+        le, Le = m(x, y, routing=routing)
+        assert rel_err(lc, le) <= 1e-4 and rel_err(Lc, Le) <= 1e-4
+    torch._dynamo.reset()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# causality, k tokens, pass-through, RoPE, residual
+
+@pytest.mark.parametrize('model', ['dense', 'mod', 'xmod', 'moe'])
+@pytest.mark.parametrize('impl', ['fast', 'naive'])
+def test_causal_routing_does_not_see_the_future(model, impl):
+    torch.manual_seed(0)
+    m = GPT(tiny(model, impl=impl, capacity=0.25))
+    x, y = batch(3, 32)
+    m(x, y)                    # calibrate thresholds once
+    m.eval()
+    t = 12
+    x2 = x.clone()
+    x2[:, t + 1:] = (x2[:, t + 1:] + 1 + torch.arange(32 - t - 1)) % V
+    l1, _ = m(x, y, routing='causal')
+    l2, _ = m(x2, y, routing='causal')
+    assert torch.allclose(l1[:, :t + 1], l2[:, :t + 1], atol=1e-6, rtol=0)
+    if model in ('mod', 'xmod'):
+        # the test can fail: top-k routing over a sequence does leak the future
+        l1, _ = m(x, y, routing='topk')
+        l2, _ = m(x2, y, routing='topk')
+        assert not torch.allclose(l1[:, :t + 1], l2[:, :t + 1], atol=1e-6, rtol=0)
+
+
+def record_routed_io(model):
+    """Hooks: each routed layer's input x, output x, selection mask, and the token count its block processed."""
+    log = []
+
+    def hook(layer, args, out):
+        log.append(dict(layer=layer, x_in=args[0].detach().clone(), x_out=out[0].detach().clone(),
+                        mask=out[1]['mask'], scores=out[1]['scores'].detach(), cut=out[1].get('cut')))
+
+    def count(layer, args, out):
+        counts.append(args[0].shape[:2])
+
+    counts = []
+    handles = [l.register_forward_hook(hook) for l in routed_layers(model)]
+    handles += [l.block.ln_1.register_forward_hook(count) for l in routed_layers(model)]
+    return log, counts, handles
+
+
+@pytest.mark.parametrize('impl', ['fast', 'naive'])
+@pytest.mark.parametrize('model', ['mod', 'xmod'])
+def test_topk_processes_exactly_k_and_unselected_pass_bit_for_bit(model, impl):
+    torch.manual_seed(0)
+    B, T, c = 3, 30, 0.2
+    m = GPT(tiny(model, impl=impl, capacity=c, n_layer=6, stride=3))
+    k = capacity_k(c, T)
+    log, counts, _ = record_routed_io(m)
+    m(*batch(B, T))
+    assert len(log) == len(routed_layers(m))
+    for rec in log:
+        assert (rec['mask'].sum(1) == k).all()
+        keep = ~rec['mask']
+        assert torch.equal(rec['x_out'][keep], rec['x_in'][keep])
+        assert not torch.equal(rec['x_out'][rec['mask']], rec['x_in'][rec['mask']])
+    # what the blocks actually computed on: (B, k) tokens at once (fast) or k per sequence (naive)
+    expect = [(B, k)] if impl == 'fast' else [(1, k)] * B
+    assert counts == expect * len(log)
+    # causal routing: unselected tokens pass through too
+    log.clear()
+    m.eval()
+    m(*batch(B, T), routing='causal')
+    for rec in log:
+        keep = ~rec['mask']
+        assert torch.equal(rec['x_out'][keep], rec['x_in'][keep])
+
+
+@pytest.mark.parametrize('impl', ['fast', 'naive'])
+def test_routed_attention_uses_original_positions_and_adds_the_residual_once(impl):
+    torch.manual_seed(0)
+    m = GPT(tiny('xmod', impl=impl, n_layer=2, capacity=0.25)).eval()
+    layer = routed_layers(m)[0]
+    with torch.no_grad():
+        layer.block.attn.c_attn.weight.mul_(20.0)   # sharp attention, so positions matter (at init it is uniform)
+    log, _, _ = record_routed_io(m)
+    m(*batch(2, 32))
+    rec = log[0]
+    for b in range(2):
+        pos = rec['mask'][b].nonzero().squeeze(1)
+        assert pos.max() >= len(pos)              # positions really differ from 0..k-1
+        xs = rec['x_in'][b, pos].unsqueeze(0)
+        w = layer.router.gate(rec['scores'][b, pos]).unsqueeze(-1)
+        with torch.no_grad():
+            f_orig = layer.block.delta(xs, pos)[0]
+            f_renum = layer.block.delta(xs, torch.arange(len(pos)))[0]
+        got = rec['x_out'][b, pos]
+        assert torch.allclose(got, xs[0] + w * f_orig, atol=1e-6)       # x + g*w(r)*f(x): residual added once
+        assert not torch.allclose(got, xs[0] + w * f_renum, atol=1e-3)  # renumbered positions would be caught
+        assert not torch.allclose(got, 2 * xs[0] + w * f_orig, atol=1e-4)
+
+
+@pytest.mark.parametrize('impl', ['fast', 'naive'])
+def test_full_capacity_with_unit_gate_is_a_dense_block(impl):
+    """With c = 1 and the gate forced to 1, a routed layer must compute exactly the dense block x + f(x)."""
+    torch.manual_seed(0)
+    m = GPT(tiny('xmod', impl=impl, n_layer=2, capacity=1.0)).eval()
+    layer = routed_layers(m)[0]
+    layer.router.gate = lambda r: torch.ones_like(r)
+    x = torch.randn(2, 32, 32)
+    out, _ = layer(x, torch.arange(32))
+    with torch.no_grad():
+        assert torch.allclose(out, layer.block(x, torch.arange(32)), atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the router: gradients, BCE targets per batch element, batch independence
+
+@pytest.mark.parametrize('gate', ['variance', 'plain'])
+def test_gradients_reach_the_router_through_the_gate(gate):
+    torch.manual_seed(0)
+    m = GPT(tiny('xmod', gate=gate, router_aux=0.0, balance=0.0))   # only the gated update carries gradient
+    _, loss = m(*batch(2, 32))
+    loss.backward()
+    for layer in routed_layers(m):
+        assert layer.router.weight.grad is not None and layer.router.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize('impl', ['fast', 'naive'])
+def test_router_bce_targets_are_per_sequence(impl):
+    torch.manual_seed(0)
+    m = GPT(tiny('xmod', impl=impl, n_layer=4, capacity=0.25))
+    log, _, _ = record_routed_io(m)
+    B, T = 4, 32
+    m(*batch(B, T))
+    k = capacity_k(0.25, T)
+    expected = []
+    for rec in log:
+        r = rec['scores']
+        own = torch.zeros(B, T, dtype=torch.bool)
+        for b in range(B):                               # each sequence's own top-k, computed independently
+            own[b, torch.topk(r[b], k).indices] = True
+        assert torch.equal(rec['mask'], own)
+        first_only = own[0].expand(B, T)
+        assert not torch.equal(own, first_only)          # targets from sequence 0 alone would differ
+        cut = torch.stack([(r[b].sort(descending=True).values[k - 1] + r[b].sort(descending=True).values[k]) / 2
+                           for b in range(B)])
+        expected.append(F.binary_cross_entropy_with_logits(r - cut[:, None], own.float()))
+    assert abs(m.stats['aux_router'].item() - torch.stack(expected).mean().item()) < 1e-6
+
+
+@pytest.mark.parametrize('model', ['dense', 'mod', 'xmod', 'moe'])
+def test_batch_elements_are_independent(model):
+    """A batch gives each sequence the logits and loss it gets alone (top-k is per sequence; the loss targets line up
+    for B > 1). The MoE is checked without drops, since a batch-wide capacity couples sequences by design."""
+    torch.manual_seed(0)
+    m = GPT(tiny(model, expert_capacity_factor=4.0)).eval()
+    x, y = batch(3, 32)
+    logits, _ = m(x, y)
+    lm = m.stats['lm_loss']
+    singles = [m(x[b:b + 1], y[b:b + 1]) for b in range(3)]
+    assert torch.allclose(logits, torch.cat([s[0] for s in singles]), atol=1e-5)
+    per_seq = torch.stack([F.cross_entropy(s[0][0], y[b]) for b, s in enumerate(singles)])
+    assert abs(lm.item() - per_seq.mean().item()) < 1e-5
+
+
+def test_route_topk_cut_and_order():
+    scores = torch.tensor([[0.1, 0.9, 0.3, 0.8, 0.2], [5.0, 4.0, 3.0, 2.0, 1.0]])
+    idx, mask, cut = route_topk(scores, 2)
+    assert idx.tolist() == [[1, 3], [0, 1]]
+    assert torch.equal(mask, scores > cut[:, None])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# accounting
+
+@pytest.mark.parametrize('model', ['dense', 'mod', 'xmod', 'moe'])
+@pytest.mark.parametrize('T', [32, 64])
+def test_flops_per_token_matches_flop_counter(model, T):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+    B = 2
+    cfg = tiny(model, n_embd=64, n_head=4, block_size=64, n_layer=6, stride=3, capacity=0.125)
+    m = GPT(cfg)
+    x, y = batch(B, T)
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        m(x, y)
+    measured = counter.get_total_flops() / (B * T)
+    assert abs(m.flops_per_token(T, batch_size=B) / measured - 1) < 0.02
+
+
+def test_flop_matching_lands_within_two_percent_or_says_so():
+    dense = GPTConfig(n_layer=4, n_embd=128, n_head=4, block_size=256)
+    target = flops_per_token(dense)
+    for model, kw in [('xmod', dict(stride=4)), ('xmod', dict(stride=8)), ('xmod', dict(stride=4, n_layer=16)),
+                      ('mod', {}), ('moe', {})]:
+        cfg = match_flops(dense, model, **kw)
+        assert cfg.model == model and abs(flops_per_token(cfg) / target - 1) <= 0.02
+        assert capacity_k(cfg.capacity, cfg.block_size) == round(cfg.capacity * cfg.block_size)
+    assert match_flops(dense, 'xmod', stride=4, n_layer=16).n_layer == 16
+    with pytest.raises(ValueError, match='within'):
+        match_flops(dense, 'xmod', stride=2, n_layer=10)       # 5 dense anchors already exceed 4 dense layers
+
+
+def test_param_accounting():
+    for model in ['dense', 'mod', 'xmod', 'moe']:
+        m = GPT(tiny(model))
+        total = sum(p.numel() for p in m.parameters())
+        assert m.num_params(non_embedding=False) == total
+        assert m.num_params() == total - V * 32
+        if model == 'dense':
+            assert m.num_active_params() == m.num_params()
+        else:
+            assert m.num_active_params() < m.num_params()
+    m = GPT(tiny('xmod', n_layer=4, stride=2, capacity=0.25))  # D r D r
+    block = sum(p.numel() for p in m.transformer.h[0].parameters())
+    router = sum(p.numel() for p in routed_layers(m)[0].router.parameters())
+    assert m.num_active_params() == pytest.approx(2 * block + 2 * (0.25 * block + router) + 32)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# training behaviour: depth balancing, causal calibration
+
+def train_xmod(balance, seed, steps=40):
+    torch.manual_seed(seed)
+    cfg = tiny('xmod', n_layer=8, stride=4, capacity=0.25, balance=balance)
+    m = GPT(cfg)
+    opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        _, loss = m(*corpus_batch(16, 32, g))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return m.eval()
+
+
+def test_depth_balancing_cuts_realised_depth_spread_and_causal_rate_is_calibrated():
+    spread = {0.0: [], 0.1: []}
+    eval_batch = corpus_batch(64, 32, torch.Generator().manual_seed(123))
+    for seed in range(3):
+        for balance in spread:
+            m = train_xmod(balance, seed)
+            with torch.no_grad():
+                m(*eval_batch)
+                spread[balance].append(m.stats['depth_std'].item())       # realised: top-k masks summed
+                if balance > 0:
+                    m(*eval_batch, routing='causal')
+                    for layer in routed_layers(m):
+                        rate = m.stats[f'sel_frac_{layer.layer_idx}'].item()
+                        assert 0.7 * 0.25 <= rate <= 1.3 * 0.25, (seed, layer.layer_idx, rate)
+    off, on = sum(spread[0.0]) / 3, sum(spread[0.1]) / 3
+    assert on <= 0.8 * off, spread
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the MoE
+
+def moe_layer(**kw):
+    cfg = tiny('moe', n_expert=4, expert_top_k=2, **kw)
+    return GPT(cfg), cfg
+
+
+@pytest.mark.parametrize('impl', ['fast', 'naive'])
+def test_moe_balance_loss_is_one_when_uniform_and_drops_are_counted(impl):
+    m, cfg = moe_layer(impl=impl, expert_capacity_factor=1.0)
+    moe = m.transformer.h[0].mlp
+    assert isinstance(moe, MoE)
+    with torch.no_grad():
+        moe.router.weight.zero_()                       # uniform probabilities
+    x = torch.randn(2, 16, 32)
+    moe(x)
+    assert abs(moe.info['balance'].item() - 1.0) < 1e-6
+    # send every token to experts 0 (first choice) and 1 (second choice)
+    with torch.no_grad():
+        moe.router.weight.zero_()
+        moe.router.weight[0, 0], moe.router.weight[1, 0] = 10.0, 5.0
+    x = torch.randn(2, 16, 32)
+    x[..., 0] = x[..., 0].abs() + 1.0
+    moe.routing = 'topk'
+    moe(x)
+    N, cap = 32, math.ceil(1.0 * 2 * 32 / 4)            # 16 slots per expert
+    assert cap == moe.capacity(N)
+    assert abs(moe.info['drop_frac'].item() - (1 - 2 * cap / (2 * N))) < 1e-6
+    assert moe.info['load'].tolist() == [0.5, 0.5, 0.0, 0.0]
+    moe.routing = 'causal'                               # causal routing drops nothing
+    moe(x)
+    assert moe.info['drop_frac'].item() == 0.0
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# bad configs
+
+@pytest.mark.parametrize('kw,field', [
+    (dict(n_embd=30, n_head=4), 'n_embd'),
+    (dict(capacity=0.0), 'capacity'),
+    (dict(capacity=1.5), 'capacity'),
+    (dict(stride=0), 'stride'),
+    (dict(n_expert=2, expert_top_k=3), 'expert_top_k'),
+    (dict(model='moed'), 'model'),
+    (dict(impl='slow'), 'impl'),
+    (dict(gate='sigmoid'), 'gate'),
+    (dict(capacity=0.01, block_size=32), 'capacity'),    # int(0.01*32 + 0.5) = 0: no token would be routed
+])
+def test_bad_configs_raise(kw, field):
+    with pytest.raises(ValueError, match=field):
+        GPTConfig(**kw)
