@@ -44,6 +44,9 @@ RMSE and R^2 of Delta; relative error of L with L_pred = dense law at the partne
 with the observed partner loss + predicted Delta; the fraction with the right sign of Delta, over all and over those
 with |Delta| > 2 x the seed noise of Delta. Held-out dense runs get the dense law's relative error.
 
+Uncertainty: 95% percentile intervals from --bootstrap resamples of runs (dense law: dense runs, each resample an
+L-BFGS run from the full fit's optimum; relative law: X-MoD pairs, an exact reweighted least-squares solve).
+
 Seed noise: over configurations run with >= 2 seeds, the pooled std of L across seeds and of Delta across seeds.
 Everything is done for the chosen --metric (default val_loss_causal, the honest causal-routing loss) and for the
 other one (val_loss, top-k routing) side by side.
