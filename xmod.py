@@ -724,7 +724,8 @@ def zoo(dense=None):
 if __name__ == '__main__':
     base = GPTConfig()
     print(f"Model zoo: n_embd={base.n_embd}, n_head={base.n_head}, block_size={base.block_size}, "
-          f"vocab_size={base.vocab_size}; sparse families FLOP-matched (within 2%) to the dense model. "
+          f"vocab_size={base.vocab_size}. mod and xmod are FLOP-matched (within 2%) to the dense model; moe matches its "
+          f"active parameters (its expert capacity factor {base.expert_capacity_factor} pads FLOPs). "
           f"Layout: D dense, r routed, E MoE. Params are non-embedding.\n")
     print("| model | stride | n_layer | capacity | layout | params | active | rho | FLOPs/token |")
     print("|---|---|---|---|---|---|---|---|---|")
