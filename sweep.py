@@ -5,6 +5,7 @@ skipped, an interrupted one resumes from its checkpoint (train.py --init_from=au
     python sweep.py sweeps/cpu_small.py              # all runs, --jobs at a time
     python sweep.py sweeps/cpu_small.py --dry_run    # list the runs and their state, run nothing
     python sweep.py sweeps/cpu_small.py --only=dense # only runs whose name contains 'dense'
+    python sweep.py sweeps/cpu_small.py --out=DIR    # run folders under DIR instead of results/<name>/runs
 
 A sweep file defines `name` (the results folder: results/<name>/runs/<run>), `jobs` (runs at a time), `common`
 (train.py overrides shared by all runs) and `runs` (a list of dicts: a 'name' plus train.py overrides).
@@ -50,22 +51,24 @@ def command(run, common, out_dir):
 
 
 def main(argv):
-    opts = {'jobs': 0, 'dry_run': False, 'only': ''}
+    opts = {'jobs': 0, 'dry_run': False, 'only': '', 'out': ''}
     paths = []
     for a in argv:
-        if a.startswith('--'):
-            key, _, val = a[2:].partition('=')
-            if key not in opts:
-                raise SystemExit(f"sweep.py: unknown option --{key} (allowed: {', '.join(opts)})")
-            opts[key] = True if val == '' and key == 'dry_run' else type(opts[key])(val) if key != 'dry_run' \
-                else val.lower() in ('1', 'true')
-        else:
+        if not a.startswith('--'):
             paths.append(a)
+            continue
+        key, eq, val = a[2:].partition('=')
+        if key not in opts:
+            raise SystemExit(f"sweep.py: unknown option --{key} (allowed: {', '.join(opts)})")
+        if key == 'dry_run':
+            opts[key] = not eq or val.lower() in ('1', 'true')
+        else:
+            opts[key] = type(opts[key])(val)
     if len(paths) != 1 or not os.path.isfile(paths[0]):
-        raise SystemExit("usage: python sweep.py sweeps/NAME.py [--jobs=N] [--dry_run] [--only=SUBSTR]")
+        raise SystemExit("usage: python sweep.py sweeps/NAME.py [--jobs=N] [--dry_run] [--only=SUBSTR] [--out=DIR]")
     spec = load_sweep(paths[0])
     jobs = opts['jobs'] or spec.get('jobs', 1)
-    root = os.path.join(HERE, 'results', spec['name'], 'runs')
+    root = os.path.abspath(opts['out']) if opts['out'] else os.path.join(HERE, 'results', spec['name'], 'runs')
     runs = [r for r in spec['runs'] if opts['only'] in r['name']]
     todo = []
     for r in runs:
