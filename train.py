@@ -385,6 +385,15 @@ def load_checkpoint(path, map_location='cpu', missing='nothing to resume (start 
     return ckpt
 
 
+def never_checkpointed(out_dir):
+    """True for an unfinished run (run.json says finished: false) that has no checkpoint to resume from."""
+    try:
+        with open(os.path.join(out_dir, 'run.json')) as f:
+            return json.load(f).get('finished') is False and not os.path.exists(os.path.join(out_dir, 'ckpt.pt'))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def clean_state_dict(state):
     """Checkpoints hold the raw model's weights. Files saved from a compiled or DDP-wrapped model (nanoGPT's bug)
     carry an '_orig_mod.' or 'module.' prefix on every key: strip them so those load too."""
@@ -568,7 +577,8 @@ def train(argv):
         cfg = resume_config(checkpoint['config'], cfg, explicit)
     else:
         held = [f for f in RUN_FILES if os.path.exists(os.path.join(cfg.out_dir, f))]
-        if held and not cfg.overwrite:
+        # auto (the sweep runner's mode) may replace a run killed before its first checkpoint: nothing to keep
+        if held and not cfg.overwrite and not (cfg.init_from == 'auto' and never_checkpointed(cfg.out_dir)):
             raise UserError(f"{cfg.out_dir} already holds a run ({', '.join(held)}): resume it with "
                             f"--init_from=resume, pick another --out_dir, or replace it with --overwrite=True")
     check_config(cfg, world_size)              # again: a resumed config comes from the checkpoint
@@ -672,7 +682,7 @@ def train(argv):
         print(f"model {mcfg.model}: layout {layout} ({mcfg.n_layer} layers{sparse}){matched}")
         print(f"params {params_total:,} total, {params_active:,.0f} active (non-embedding), rho "
               f"{params_total / params_active:.2f}; {fpt / 1e6:.3f}M FLOPs/token forward")
-        print(f"data {folder}: {n_train:,} train / {n_val:,} val tokens, {meta.get('tokenizer')} vocab "
+        print(f"data {os.path.relpath(folder)}: {n_train:,} train / {n_val:,} val tokens, {meta.get('tokenizer')} vocab "
               f"{meta['vocab_size']:,}; eval set {len(starts)} windows x {T} = {len(starts) * T:,} tokens")
         print(f"budget {n_iters:,} iters x {tokens_per_iter:,} tokens = {n_iters * tokens_per_iter / 1e6:.2f}M tokens,"
               f" {3 * fpt * n_iters * tokens_per_iter:.3g} FLOPs; device {dev} {dtype}"

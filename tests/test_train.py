@@ -389,6 +389,21 @@ def test_resume_from_damaged_checkpoint(runs, tmp_path, bad_train, damage):
     assert (tmp_path / 'ckpt.pt').read_bytes() == data            # never deleted
 
 
+def test_auto_restarts_a_run_killed_before_its_first_checkpoint(corpus, tmp_path, bad_train):
+    """init_from=auto (the sweep runner's mode) with no ckpt.pt: an unfinished run.json is replaced by a fresh run;
+    a finished run whose checkpoint is gone is refused, its files untouched."""
+    out = tmp_path / 'run'
+    out.mkdir()
+    (out / 'run.json').write_text(json.dumps({'finished': True}))
+    bad_train(['--init_from=auto', f'--out_dir={out}', f'--data_dir={corpus}'] + TINY, 'already holds a run',
+              folders=[out])
+    (out / 'run.json').write_text(json.dumps({'finished': False}))
+    (out / 'log.csv').write_text('step\n0\n')
+    r = run(TRAIN, '--init_from=auto', f'--out_dir={out}', f'--data_dir={corpus}', '--model=dense', *TINY)
+    assert r.returncode == 0, r.stderr
+    assert read_json(out)['finished'] is True and [x['step'] for x in read_log(out)] == ['0', '5', '10']
+
+
 def test_resume_with_a_different_model(runs, bad_train):
     out = runs['dense']
     bad_train(['--init_from=resume', f'--out_dir={out}', '--n_embd=64'], 'n_embd=32', folders=[out])
