@@ -42,6 +42,7 @@ from dataclasses import asdict, replace
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # xmod.py and data/ live next to this file
 import xmod
@@ -690,7 +691,6 @@ def train(argv):
               f"{f'; resuming at step {step}' if resume else ''}")
 
     # -- the loop
-    from tqdm import tqdm
     bar = tqdm(total=n_iters, initial=step, disable=True if not master else None, dynamic_ncols=True,
                unit='it', leave=False)
     t0 = time.time() - elapsed0

@@ -44,6 +44,11 @@ def read_json(out):
         return json.load(f)
 
 
+def open_bytes(path):
+    with open(path, 'rb') as f:
+        return f.read()
+
+
 def snapshot(*folders):
     """Every file under the folders: bytes and modification time, to prove a failed command touched nothing."""
     snap = {}
@@ -51,8 +56,7 @@ def snapshot(*folders):
         for root, _, files in os.walk(folder):
             for name in files:
                 p = os.path.join(root, name)
-                with open(p, 'rb') as f:
-                    snap[p] = (f.read(), os.stat(p).st_mtime_ns)
+                snap[p] = (open_bytes(p), os.stat(p).st_mtime_ns)
     return snap
 
 
@@ -212,7 +216,7 @@ def test_atomic_save(runs, tmp_path, monkeypatch):
     path = str(tmp_path / 'ckpt.pt')
     good = train.load_checkpoint(os.path.join(runs['xmod'], 'ckpt.pt'))
     train.save_checkpoint(good, path)
-    before = open(path, 'rb').read()
+    before = open_bytes(path)
     real_save = torch.save
 
     def crash(obj, f):
@@ -226,7 +230,7 @@ def test_atomic_save(runs, tmp_path, monkeypatch):
     with pytest.raises(OSError, match='simulated crash'):
         train.save_checkpoint(new, path)
     monkeypatch.undo()
-    assert open(path, 'rb').read() == before
+    assert open_bytes(path) == before
     assert train.load_checkpoint(path)['step'] == good['step']
     assert os.listdir(tmp_path) == ['ckpt.pt']
 
@@ -380,7 +384,7 @@ def test_resume_without_checkpoint(tmp_path, bad_train):
 
 @pytest.mark.parametrize('damage', ['truncated', 'garbage'])
 def test_resume_from_damaged_checkpoint(runs, tmp_path, bad_train, damage):
-    data = open(os.path.join(runs['xmod'], 'ckpt.pt'), 'rb').read()
+    data = open_bytes(os.path.join(runs['xmod'], 'ckpt.pt'))
     data = data[:len(data) // 2] if damage == 'truncated' else os.urandom(4096)
     (tmp_path / 'ckpt.pt').write_bytes(data)
     for init in ('resume', 'auto'):
