@@ -220,7 +220,8 @@ def check_config(cfg, world_size):
     def need(ok, msg):
         if not ok:
             raise UserError(msg)
-    need(cfg.init_from in ('scratch', 'resume', 'auto'), f"--init_from={cfg.init_from!r}: expected scratch | resume | auto")
+    need(cfg.init_from in ('scratch', 'resume', 'auto'),
+         f"--init_from={cfg.init_from!r}: expected scratch | resume | auto")
     need(cfg.model in xmod.MODELS, f"--model={cfg.model!r}: expected {' | '.join(xmod.MODELS)}")
     for k in ('batch_size', 'block_size', 'gradient_accumulation_steps', 'eval_interval', 'log_interval',
               'dense_layers', 'n_head', 'n_embd'):
@@ -683,8 +684,9 @@ def train(argv):
         print(f"model {mcfg.model}: layout {layout} ({mcfg.n_layer} layers{sparse}){matched}")
         print(f"params {params_total:,} total, {params_active:,.0f} active (non-embedding), rho "
               f"{params_total / params_active:.2f}; {fpt / 1e6:.3f}M FLOPs/token forward")
-        print(f"data {os.path.relpath(folder)}: {n_train:,} train / {n_val:,} val tokens, {meta.get('tokenizer')} vocab "
-              f"{meta['vocab_size']:,}; eval set {len(starts)} windows x {T} = {len(starts) * T:,} tokens")
+        print(f"data {os.path.relpath(folder)}: {n_train:,} train / {n_val:,} val tokens, "
+              f"{meta.get('tokenizer')} vocab {meta['vocab_size']:,}; eval set {len(starts)} windows x {T} = "
+              f"{len(starts) * T:,} tokens")
         print(f"budget {n_iters:,} iters x {tokens_per_iter:,} tokens = {n_iters * tokens_per_iter / 1e6:.2f}M tokens,"
               f" {3 * fpt * n_iters * tokens_per_iter:.3g} FLOPs; device {dev} {dtype}"
               f"{f' x {world_size} ranks' if ddp else ''}; out_dir {cfg.out_dir}"
