@@ -684,7 +684,8 @@ def train(argv):
         print(f"model {mcfg.model}: layout {layout} ({mcfg.n_layer} layers{sparse}){matched}")
         print(f"params {params_total:,} total, {params_active:,.0f} active (non-embedding), rho "
               f"{params_total / params_active:.2f}; {fpt / 1e6:.3f}M FLOPs/token forward")
-        print(f"data {os.path.relpath(folder)}: {n_train:,} train / {n_val:,} val tokens, "
+        shown = folder if os.path.relpath(folder).startswith('..') else os.path.relpath(folder)
+        print(f"data {shown}: {n_train:,} train / {n_val:,} val tokens, "
               f"{meta.get('tokenizer')} vocab {meta['vocab_size']:,}; eval set {len(starts)} windows x {T} = "
               f"{len(starts) * T:,} tokens")
         print(f"budget {n_iters:,} iters x {tokens_per_iter:,} tokens = {n_iters * tokens_per_iter / 1e6:.2f}M tokens,"
