@@ -60,7 +60,8 @@ Input validation (a one-line message naming the file; never a traceback):
            non-number/NaN/inf in step, tokens, flops, val_loss or val_loss_causal in any row (a diverged or corrupted
            run: look at it and leave it out of the inputs rather than have it silently dropped);
            the last log.csv row disagreeing with run.json "final" (step, tokens, flops to 0.1%, losses to 1e-4);
-           a duplicate run: the same config (ignoring out_dir, init_from, log_interval, compile, device, wandb_*)
+           a duplicate run: the same config (ignoring out_dir, init_from, log_interval, compile, device, overwrite,
+           stop_iter, dtype, backend, eval_interval, data_dir, wandb_*)
            and seed twice (the same directory reached twice is not a duplicate, it is read once);
            no usable dense run to fit (none at all, or all held out);
            sparse runs present but not one of them with a FLOP-matched dense partner (a broken sweep);
@@ -130,7 +131,8 @@ REQUIRED_COLUMNS = ('step', 'tokens', 'flops', 'lr', 'elapsed_s', 'tokens_per_s'
                     'val_loss_causal')
 USED_COLUMNS = ('step', 'tokens', 'flops', 'val_loss', 'val_loss_causal')  # these must be finite in every row
 # config keys that cannot change a run's result: two runs differing only in these are the same experiment
-IGNORE_KEYS = ('out_dir', 'init_from', 'log_interval', 'compile', 'device')
+IGNORE_KEYS = ('out_dir', 'init_from', 'log_interval', 'compile', 'device', 'overwrite', 'stop_iter', 'dtype',
+               'backend', 'eval_interval', 'data_dir')
 
 
 class InputError(Exception):
