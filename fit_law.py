@@ -888,8 +888,13 @@ def plot_training_curves(ax, runs, metric):
     if best is None:
         return empty_note(ax, 'no FLOP-matched dense / MoD / X-MoD / MoE group: skipped')
     quartet = best[1]
+    shown = []
     for r in quartet:
         ax.plot(r['log']['flops'], r['log'][metric], c=COLORS[r['variant']], label=f'{r["variant"]}: {r["name"]}')
+        shown += [v for f, v in zip(r['log']['flops'], r['log'][metric]) if f > 0]   # step 0 is off a log axis
+    if shown:
+        lo, hi = min(shown), max(shown)
+        ax.set_ylim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
     missing = [f for f in ('mod', 'xmod', 'moe') if f not in {r['variant'] for r in quartet}]
     ax.set_xscale('log')
     ax.set(xlabel='training FLOPs', ylabel=metric,

@@ -60,7 +60,8 @@ runs = [
     # the dense law: 3 widths x 2-3 budgets (width 128 at 2M is above)
     *[dense(4, d, t * M) for d in (64, 128) for t in (0.5, 1, 2) if (d, t) != (128, 2)],
     *[dense(4, 192, t * M) for t in (0.5, 1)],
+    # added once the first 29 ran faster than planned: width 192 at 2M, stride 2 at c~0.28, a larger budget pair
+    dense(4, 192, 2 * M), xmod(2, 8, 5), dense(4, 128, 4 * M), xmod(4, 12, 4, tokens=4 * M),
 ]
-# Cut from the first plan to fit the 90 minutes (2 runs at a time here reach ~14k tokens/s together, half what one
-# run alone measures): stride 2 at c~0.16 and 0.28 (their 8- and 5-layer partners), MoD against 8 dense layers,
-# contexts for a second grid point, width 192 at 2M, and the 4M budget pair. sweeps/gpu_small.py keeps them all.
+# Cut from the first plan to fit the 90 minutes: stride 2 at c~0.16 (its 8-layer partner), MoD against 8 dense
+# layers, contexts for a second grid point. sweeps/gpu_small.py keeps them all.
