@@ -11,7 +11,6 @@ unreadable checkpoint, a prompt the tokenizer cannot encode), with a one-line me
 """
 import os
 import sys
-import warnings
 from contextlib import nullcontext
 
 import torch
@@ -70,8 +69,6 @@ def sample(argv):
     dtype = cfg.dtype or ('bfloat16' if device_type == 'cuda' and torch.cuda.is_bf16_supported() else 'float32')
     ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type=device_type,
                                                                    dtype=getattr(torch, dtype))
-    # the first generated token sees a one-token context, where xmod.py's depth_std statistic (unused here) warns
-    warnings.filterwarnings('ignore', message=r'std\(\): degrees of freedom')
     torch.manual_seed(cfg.seed)
     x = torch.tensor(ids, dtype=torch.long, device=dev)[None, :]
     with torch.no_grad(), ctx:

@@ -550,7 +550,7 @@ class GPT(nn.Module):
                 soft.append(torch.sigmoid(centred))
                 stats[f'router_acc_{l}'] = (causal_pick == mask).float().mean().detach()
         stats['depth_mean'] = depth.mean().detach()
-        stats['depth_std'] = depth.std().detach()                           # spread of realised depth over tokens
+        stats['depth_std'] = depth.std(unbiased=False).detach()            # spread of realised depth over tokens
         if routing == 'topk':
             stats['aux_router'] = torch.stack(bce).mean().detach()
             aux = aux + c.router_aux * torch.stack(bce).mean()
@@ -657,8 +657,6 @@ def flops_per_token(config, T=None, batch_size=1):
     return total
 
 
-config_flops = flops_per_token
-
 
 def match_flops(dense, model, stride=None, n_layer=None, capacity=None, tol=0.02, max_layers=None):
     """Return a `model` config whose forward FLOPs per token at dense.block_size are within tol of the dense config's.
@@ -668,12 +666,12 @@ def match_flops(dense, model, stride=None, n_layer=None, capacity=None, tol=0.02
     if dense.model != 'dense':
         raise ValueError(f"match_flops needs a dense config, got model={dense.model!r}")
     T = dense.block_size
-    target = config_flops(dense)
+    target = flops_per_token(dense)
     capacity = capacity if capacity is not None else dense.capacity
     base = replace(dense, model=model, stride=stride if stride is not None else dense.stride, gate=None, balance=None)
     if model == 'moe':
         best = min((replace(base, expert_hidden=h) for h in range(1, 8 * dense.n_embd + 1)),
-                   key=lambda cfg: abs(config_flops(cfg) - target))
+                   key=lambda cfg: abs(flops_per_token(cfg) - target))
         cands = [best]
     elif model in ('mod', 'xmod'):
         depths = [n_layer] if n_layer is not None else range(1, (max_layers or 8 * dense.n_layer) + 1)
@@ -684,13 +682,13 @@ def match_flops(dense, model, stride=None, n_layer=None, capacity=None, tol=0.02
             if n_routed == 0:
                 continue
             ks = range(1, T + 1)
-            k = min(ks, key=lambda k: abs(config_flops(replace(cfg, capacity=k / T)) - target))
+            k = min(ks, key=lambda k: abs(flops_per_token(replace(cfg, capacity=k / T)) - target))
             cands.append(replace(cfg, capacity=k / T))
-        cands = [cfg for cfg in cands if abs(config_flops(cfg) / target - 1) <= tol]
+        cands = [cfg for cfg in cands if abs(flops_per_token(cfg) / target - 1) <= tol]
         cands.sort(key=lambda cfg: (abs(math.log(cfg.capacity / capacity)), cfg.n_layer))   # closest in ratio
     else:
         raise ValueError(f"match_flops: model={model!r} is invalid: allowed mod | xmod | moe")
-    if not cands or abs(config_flops(cands[0]) / target - 1) > tol:
+    if not cands or abs(flops_per_token(cands[0]) / target - 1) > tol:
         what = f"n_layer={n_layer}" if n_layer is not None else "any depth"
         raise ValueError(f"match_flops: no {model} config with {what} (stride={base.stride}) lands within "
                          f"{tol:.0%} of the dense model's {target:.4g} FLOPs/token at T={T}; change depth or width")
