@@ -62,6 +62,8 @@ runs = [
     *[dense(4, 192, t * M) for t in (0.5, 1)],
     # added once the first 29 ran faster than planned: width 192 at 2M, stride 2 at c~0.28, a larger budget pair
     dense(4, 192, 2 * M), xmod(2, 8, 5), dense(4, 128, 4 * M), xmod(4, 12, 4, tokens=4 * M),
+    # and then stride 2 at c~0.16 against 8 dense layers, with MoD in the same layout
+    dense(8), xmod(2, 14, 8),       # c 0.164 (stride 2 cannot get nearer 0.125 below 8 dense layers)
+    run('mod_L14_D8_2M', model='mod', n_layer=14, dense_layers=8),   # c 0.164, the layout of xmod_s2_L14_D8
 ]
-# Cut from the first plan to fit the 90 minutes: stride 2 at c~0.16 (its 8-layer partner), MoD against 8 dense
-# layers, contexts for a second grid point. sweeps/gpu_small.py keeps them all.
+# Cut from the first plan to fit the 90 minutes: contexts for a second grid point (sweeps/gpu_small.py has them).
