@@ -46,6 +46,8 @@ def run_state(out_dir):
 
 
 def command(run, common, out_dir):
+    if out_dir.startswith(HERE + os.sep):
+        out_dir = os.path.relpath(out_dir, HERE)     # train.py runs in HERE; no machine paths in run.json
     args = {**common, **{k: v for k, v in run.items() if k != 'name'}, 'out_dir': out_dir, 'init_from': 'auto'}
     return [sys.executable, os.path.join(HERE, 'train.py')] + [f'--{k}={v}' for k, v in args.items()]
 
