@@ -203,9 +203,9 @@ def route_topk(scores, k):
     (k+1)-th, so that mask == scores > cut. Selection is per batch element: a token competes only with its own
     sequence. It is NOT causal: whether token i is kept depends on later tokens' scores."""
     T = scores.size(1)
-    top = torch.topk(scores, min(k + 1, T), dim=1).values              # (B, k+1)
+    top, order = torch.topk(scores, min(k + 1, T), dim=1)               # (B, k+1), highest first
     cut = (top[:, k - 1] + top[:, k]) / 2 if k < T else top[:, -1] - 1.0
-    idx = torch.topk(scores, k, dim=1).indices.sort(dim=1).values      # (B, k) in original order
+    idx = order[:, :k].sort(dim=1).values                               # (B, k) in original order
     mask = torch.zeros_like(scores, dtype=torch.bool).scatter(1, idx, True)
     return idx, mask, cut
 
