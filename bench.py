@@ -8,32 +8,32 @@ bench.py: training-step speed of every family and both impls, measured side by s
 Machines are noisy: read the ratios (each row against dense/fast, measured in the same run, interleaved), not the
 absolute figures. FLOP-matched rows do the same useful work per token, so a ratio below 1 is routing overhead.
 """
+import os
 import sys
 import time
 from dataclasses import replace
 
 import torch
 
-from xmod import GPT, GPTConfig, layout_string, match_flops
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import UserError, configure, defaults_of, pick_device, run_main
+from xmod import GPT, GPTConfig, flops_per_token, layout_string, match_flops
 
-# defaults, overridable with --key=value
-device = 'cpu'
-batch_size = 16
-block_size = 128
-n_embd = 128
-n_head = 4
-dense_layers = 4
+# -----------------------------------------------------------------------------------------------------------------
+device = 'cpu'        # cpu | cuda | mps
+batch_size = 16       # rows per training step
+block_size = 128      # context T
+n_embd = 128          # width of every model
+n_head = 4            # attention heads
+dense_layers = 4      # depth of the dense model the sparse ones are FLOP-matched to
 steps = 8             # timed steps per measurement, after 2 warm-up steps
 rounds = 3            # measurements per row, interleaved across rows; the median is reported
-compile = False
-for arg in sys.argv[1:]:
-    key, _, val = arg.lstrip('-').partition('=')
-    if key not in globals() or key.startswith('_'):
-        raise SystemExit(f"bench.py: unknown option --{key}")
-    globals()[key] = type(globals()[key])(val) if not isinstance(globals()[key], bool) else val in ('1', 'True', 'true')
+compile = False       # add torch.compile(fullgraph=True) of the fast path
+# -----------------------------------------------------------------------------------------------------------------
+DEFAULTS = defaults_of(globals())
 
 
-def step_time(model, x, y, n):
+def step_time(model, x, y, n, device):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     for i in range(n + 2):
         if i == 2:
@@ -49,14 +49,24 @@ def step_time(model, x, y, n):
     return (time.perf_counter() - t0) / n
 
 
-def main():
-    dense = GPTConfig(n_layer=dense_layers, n_embd=n_embd, n_head=n_head, block_size=block_size, vocab_size=84)
-    configs = {'dense': dense, 'mod': match_flops(dense, 'mod'), 'xmod s4': match_flops(dense, 'xmod', stride=4),
-               'xmod s8': match_flops(dense, 'xmod', stride=8), 'moe': replace(dense, model='moe')}
+def bench(argv):
+    opt, _ = configure(argv, DEFAULTS, doc=__doc__, source=__file__, files=False)
+    for k in ('batch_size', 'block_size', 'n_embd', 'n_head', 'dense_layers', 'steps', 'rounds'):
+        if getattr(opt, k) < 1:
+            raise UserError(f"--{k}={getattr(opt, k)}: expected an integer >= 1")
+    device = pick_device(opt.device)
+    batch_size, block_size, steps, rounds = opt.batch_size, opt.block_size, opt.steps, opt.rounds
+    try:
+        dense = GPTConfig(n_layer=opt.dense_layers, n_embd=opt.n_embd, n_head=opt.n_head, block_size=block_size,
+                          vocab_size=84)
+        configs = {'dense': dense, 'mod': match_flops(dense, 'mod'), 'xmod s4': match_flops(dense, 'xmod', stride=4),
+                   'xmod s8': match_flops(dense, 'xmod', stride=8), 'moe': replace(dense, model='moe')}
+    except ValueError as e:
+        raise UserError(str(e)) from None
     rows = []
     for name, cfg in configs.items():
         impls = ['fast'] if cfg.model == 'dense' else ['fast', 'naive']
-        for impl in impls + (['compiled'] if compile else []):
+        for impl in impls + (['compiled'] if opt.compile else []):
             torch.manual_seed(0)
             m = GPT(replace(cfg, impl='naive' if impl == 'naive' else 'fast')).to(device)
             rows.append((name, impl, cfg, m, torch.compile(m, fullgraph=True) if impl == 'compiled' else m))
@@ -66,19 +76,20 @@ def main():
     times = {i: [] for i in range(len(rows))}
     for _ in range(rounds):
         for i, (_, _, _, _, fwd) in enumerate(rows):
-            times[i].append(step_time(fwd, x, y, steps))
+            times[i].append(step_time(fwd, x, y, steps, device))
     tok = batch_size * block_size
     base = sorted(times[0])[rounds // 2]
-    print(f"device {device}, {torch.get_num_threads()} threads, batch {batch_size} x {block_size}, n_embd {n_embd}; "
+    print(f"device {device}, {torch.get_num_threads()} threads, batch {batch_size} x {block_size}, n_embd {opt.n_embd}; "
           f"median of {rounds} x {steps} training steps")
     print("| model | impl | layout | FLOPs/token | ms/step | tokens/s | speed vs dense | useful GFLOP/s |")
     print("|---|---|---|---|---|---|---|---|")
     for i, (name, impl, cfg, m, _) in enumerate(rows):
         t = sorted(times[i])[rounds // 2]
-        fpt = m.flops_per_token(block_size, batch_size)
-        print(f"| {name} | {impl} | {layout_string(m)} | {fpt / 1e6:.2f}M | {t * 1e3:.0f} | {tok / t:,.0f} | {base / t:.2f} | "
+        fpt = flops_per_token(cfg, block_size, batch_size)
+        print(f"| {name} | {impl} | {layout_string(cfg)} | {fpt / 1e6:.2f}M | {t * 1e3:.0f} | {tok / t:,.0f} | {base / t:.2f} | "
               f"{3 * fpt * tok / t / 1e9:.1f} |")
+    return 0
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(run_main('bench.py', bench))

@@ -16,26 +16,26 @@ from contextlib import nullcontext
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train import (EXIT_BAD_INPUT, UserError, clean_state_dict, configure, load_checkpoint, one_line, pick_device)
+from harness import UserError, clean_state_dict, configure, defaults_of, load_checkpoint, one_line, pick_device, run_main
 from xmod import GPT, GPTConfig
 
 # -----------------------------------------------------------------------------------------------------------------
 out_dir = 'out'             # the run folder holding ckpt.pt
 start = '\n'                # the prompt: a string, or FILE:path to read it from a file
-num_samples = 3
-max_new_tokens = 500
+num_samples = 3             # samples to print, each after the prompt
+max_new_tokens = 500        # tokens generated per sample
 temperature = 0.8           # < 1: more conservative, > 1: more diverse
 top_k = 200                 # keep only the top_k most likely tokens (0 = all)
-seed = 1337
+seed = 1337                 # the sampling draws
 device = ''                 # '' = auto: cuda, then mps, then cpu
 dtype = ''                  # '' = bfloat16 on CUDA, float32 elsewhere
 # -----------------------------------------------------------------------------------------------------------------
-DEFAULTS = {k: v for k, v in globals().items() if not k.startswith('_') and type(v) in (bool, int, float, str)}
+DEFAULTS = defaults_of(globals())
 
 
 def sample(argv):
-    cfg, _ = configure(argv, DEFAULTS, doc=__doc__)
-    dev = pick_device(cfg.device, None)
+    cfg, _ = configure(argv, DEFAULTS, doc=__doc__, source=__file__)
+    dev = pick_device(cfg.device)
     device_type = dev.split(':')[0]
     ckpt = load_checkpoint(os.path.join(cfg.out_dir, 'ckpt.pt'), map_location=dev,
                            missing=f"train a model into it first: python train.py --out_dir={cfg.out_dir}")
@@ -81,11 +81,7 @@ def sample(argv):
 
 
 def main(argv=None):
-    try:
-        return sample(sys.argv[1:] if argv is None else argv)
-    except UserError as e:
-        print(f"sample.py: error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    return run_main('sample.py', sample, argv)
 
 
 if __name__ == '__main__':

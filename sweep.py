@@ -12,7 +12,6 @@ A sweep file defines `name` (the results folder: results/<name>/runs/<run>), `jo
 On a CPU, `jobs` runs share the cores one thread each (OMP_NUM_THREADS = cores // jobs): two 1-thread runs get
 1.3-1.7x the throughput of one 2-thread run on a 2-core machine, and never more threads than cores.
 """
-import json
 import os
 import runpy
 import subprocess
@@ -23,26 +22,28 @@ from concurrent.futures import ThreadPoolExecutor
 from tqdm import tqdm
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from harness import UserError, configure, defaults_of, run_main, run_state  # noqa: E402
+
+# -----------------------------------------------------------------------------------------------------------------
+jobs = 0              # runs at a time (0 = the sweep file's `jobs`)
+dry_run = False       # list the runs and their state, run nothing
+only = ''             # only runs whose name contains this
+out = ''              # run folders under this folder instead of results/<name>/runs
+# -----------------------------------------------------------------------------------------------------------------
+DEFAULTS = defaults_of(globals())
 
 
 def load_sweep(path):
     spec = runpy.run_path(path)
     for key in ('name', 'runs'):
         if key not in spec:
-            raise SystemExit(f"sweep.py: {path} does not define `{key}`")
+            raise UserError(f"{path} does not define `{key}`")
     names = [r['name'] for r in spec['runs']]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise SystemExit(f"sweep.py: {path} has duplicate run names: {', '.join(dupes)}")
+        raise UserError(f"{path} has duplicate run names: {', '.join(dupes)}")
     return spec
-
-
-def run_state(out_dir):
-    try:
-        with open(os.path.join(out_dir, 'run.json')) as f:
-            return 'finished' if json.load(f).get('finished') else 'partial'
-    except (OSError, ValueError):
-        return 'new'
 
 
 def command(run, common, out_dir):
@@ -52,22 +53,13 @@ def command(run, common, out_dir):
     return [sys.executable, os.path.join(HERE, 'train.py')] + [f'--{k}={v}' for k, v in args.items()]
 
 
-def main(argv):
-    opts = {'jobs': 0, 'dry_run': False, 'only': '', 'out': ''}
+def sweep(argv):
     paths = []
-    for a in argv:
-        if not a.startswith('--'):
-            paths.append(a)
-            continue
-        key, eq, val = a[2:].partition('=')
-        if key not in opts:
-            raise SystemExit(f"sweep.py: unknown option --{key} (allowed: {', '.join(opts)})")
-        if key == 'dry_run':
-            opts[key] = not eq or val.lower() in ('1', 'true')
-        else:
-            opts[key] = type(opts[key])(val)
+    opts, _ = configure(argv, DEFAULTS, doc=__doc__, source=__file__, positional=paths)
     if len(paths) != 1 or not os.path.isfile(paths[0]):
-        raise SystemExit("usage: python sweep.py sweeps/NAME.py [--jobs=N] [--dry_run] [--only=SUBSTR] [--out=DIR]")
+        raise UserError(f"expected one sweep file (got {' '.join(paths) or 'none'}); usage: python sweep.py "
+                        f"sweeps/NAME.py [--jobs=N] [--dry_run] [--only=SUBSTR] [--out=DIR]")
+    opts = vars(opts)
     spec = load_sweep(paths[0])
     jobs = opts['jobs'] or spec.get('jobs', 1)
     root = os.path.abspath(opts['out']) if opts['out'] else os.path.join(HERE, 'results', spec['name'], 'runs')
@@ -84,7 +76,7 @@ def main(argv):
           f"{jobs} at a time")
     if opts['dry_run'] or not todo:
         return 0
-    env = dict(os.environ)
+    env = dict(os.environ, PYTHONUNBUFFERED='1')     # each run's train.log gets every line as it is printed
     if 'OMP_NUM_THREADS' not in os.environ:
         env['OMP_NUM_THREADS'] = str(max(1, (os.cpu_count() or 1) // jobs))
     t0 = time.time()
@@ -112,4 +104,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_main('sweep.py', sweep))

@@ -2,14 +2,15 @@
 xmod.py: Dense, Mixture-of-Depths (MoD), X-MoD and a small Mixture-of-Experts (MoE), side by side, in one file.
 
 Read it top to bottom:
-  1. GPTConfig ........ the model's shape, with a clear error for every bad field
+  1. GPTConfig ........ the model's shape, with a clear error for every bad field; the layer layout
   2. the backbone ..... RMSNorm, RoPE attention that takes explicit positions, MLP, Block
-  3. routing .......... capacity_k, route_topk, Router (scores, gate, causal threshold), depth_balance_loss
+  3. routing .......... capacity_k, topk_cut, route_topk, depth_balance_loss, Router (scores, gate, causal threshold)
   4. RoutedBlock ...... MoD / X-MoD: a whole block that only k tokens per sequence go through
                         (naive path: a loop over sequences with boolean masks; fast path: batched gather/scatter)
   5. MoE .............. token-choice top-k over experts (naive: loop over experts; fast: sort by expert + bmm)
-  6. GPT .............. layout, forward -> (logits, loss), stats, accounting (params, FLOPs), generate
-  7. match_flops ...... FLOP-match a sparse model to a dense one
+  6. GPT .............. one loop over layers, each called as x, aux = layer(x, pos, routing); the losses;
+                        routing_stats for the log; accounting (params); generate
+  7. accounting ....... layer_kinds, flops_per_token and match_flops, from the config alone
   8. `python xmod.py` . the model zoo table
 
 The paper ("X-MoD: Practical Scaling Laws for Sparse-Depth Routing Beyond Mixture-of-Depths") is known to us by its
@@ -17,7 +18,7 @@ abstract only; where a choice below is our reading of it, the comment says so. S
 C channels (n_embd), k tokens routed per sequence, E experts, H expert hidden size.
 """
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
@@ -36,7 +37,7 @@ ROUTINGS = ('topk', 'causal')
 @dataclass
 class GPTConfig:
     # backbone (defaults: the laptop-sized char-level Shakespeare model)
-    block_size: int = 256
+    block_size: int = 128           # train.py's default context, so `python xmod.py` shows what it trains
     vocab_size: int = 84            # char-level Shakespeare (modern spelling) has 84 distinct characters
     n_layer: int = 4
     n_head: int = 4
@@ -102,12 +103,15 @@ class GPTConfig:
         if not 0.0 <= self.dropout < 1.0:
             bad('dropout', 'a number in [0, 1)')
 
+    def anchor_stride(self):
+        """The spacing of dense anchors: MoD alternates one dense layer and one routed (Raposo et al., 2024) whatever
+        `stride` says; X-MoD puts an anchor every `stride` layers, capacity independent of stride; stride 1 is dense."""
+        return 2 if self.model == 'mod' else self.stride
+
     def is_dense_layer(self, l):
-        """The layer layout of DESIGN.md: which layers are dense (anchors) and which are routed."""
-        if self.model == 'mod':
-            return l % 2 == 0              # MoD: one dense, one sparse (Raposo et al., 2024)
-        if self.model == 'xmod':
-            return l % self.stride == 0    # X-MoD: anchors every `stride` layers, capacity independent of stride
+        """The layer layout, and its only home: layer l is a dense anchor, or a routed layer (mod, xmod)."""
+        if self.model in ('mod', 'xmod'):
+            return l % self.anchor_stride() == 0
         return True                        # dense; moe (its attention is dense, its MLP is a mixture)
 
 
@@ -185,7 +189,9 @@ class Block(nn.Module):
         return a + self.mlp(self.ln_2(x + a))
 
     def forward(self, x, pos, routing='topk'):
-        return x + self.delta(x, pos)
+        """A dense layer (an anchor): every token, in either routing mode. Every layer of GPT is called the same
+        way, x, aux = layer(x, pos, routing); a dense layer has nothing to route and nothing to report."""
+        return x + self.delta(x, pos), {}
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -197,23 +203,32 @@ def capacity_k(capacity, T):
     return max(1, int(capacity * T + 0.5))
 
 
+def topk_cut(scores, k):
+    """The k highest entries of the last dim and a cut between the k-th and the (k+1)-th, so that exactly those k
+    have scores > cut (with k = all of them, a cut below the lowest). The one home of the cut-off rule: top-k routing
+    cuts each sequence here, the causal threshold tracks the cut of the whole batch.
+    scores (..., n) -> cut (...), order (..., k): the top k's indices, highest score first."""
+    n = scores.size(-1)
+    top, order = torch.topk(scores, min(k + 1, n), dim=-1)             # (..., k+1), highest first
+    cut = (top[..., k - 1] + top[..., k]) / 2 if k < n else top[..., -1] - 1.0
+    return cut, order[..., :k]
+
+
 def route_topk(scores, k):
     """Expert-choice top-k over each sequence (MoD, Raposo et al. 2024): the k highest scores of every row.
-    scores (B, T) -> idx (B, k) sorted by position, mask (B, T) bool, cut (B,): a score between the k-th and the
-    (k+1)-th, so that mask == scores > cut. Selection is per batch element: a token competes only with its own
-    sequence. It is NOT causal: whether token i is kept depends on later tokens' scores."""
-    T = scores.size(1)
-    top, order = torch.topk(scores, min(k + 1, T), dim=1)               # (B, k+1), highest first
-    cut = (top[:, k - 1] + top[:, k]) / 2 if k < T else top[:, -1] - 1.0
-    idx = order[:, :k].sort(dim=1).values                               # (B, k) in original order
+    scores (B, T) -> idx (B, k) sorted by position, mask (B, T) bool, cut (B,) with mask == scores > cut.
+    Selection is per batch element: a token competes only with its own sequence. It is NOT causal: whether
+    token i is kept depends on later tokens' scores."""
+    cut, order = topk_cut(scores, k)
+    idx = order.sort(dim=1).values                                      # (B, k) in original order
     mask = torch.zeros_like(scores, dtype=torch.bool).scatter(1, idx, True)
     return idx, mask, cut
 
 
 def depth_balance_loss(p, target):
     """X-MoD's depth-wise token balancing (our reading): keep every token's expected routed depth near c*R.
-    p (R, B, T): each routed layer's soft choice of each token; target: c*R. Centring p on each layer's detached
-    top-k cut-off (p = sigmoid(r - cut), see Router) makes the loss act on the realised selection, not on an
+    p (R, B, T): each routed layer's soft choice of each token; target: c*R. Centring p on each layer's top-k
+    cut-off (p = sigmoid(r - cut), see RoutedBlock) makes the loss act on the realised selection, not on an
     uncalibrated sigmoid(r); normalised by R so the coefficient does not scale with depth."""
     depth = p.sum(0)                                                   # (B, T) expected routed depth per token
     return ((depth - target) ** 2).mean() / p.size(0)
@@ -223,7 +238,7 @@ class Router(nn.Module):
     """Scores each token for one routed layer, turns a score into the gate on the layer's update, and keeps the
     calibrated threshold that causal routing uses."""
 
-    def __init__(self, config, routed_per_span):
+    def __init__(self, config):
         super().__init__()
         self.variance = config.gate == 'variance'
         self.momentum = config.router_momentum
@@ -231,7 +246,8 @@ class Router(nn.Module):
         # X-MoD's variance-scaled layer-wise gate (our reading): a learnable scalar g_l per routed layer,
         # initialised to 1/sqrt(routed layers per anchor span) so that a longer span of routed layers does not
         # inflate the residual stream's variance. Unused by the plain gate (kept so state_dicts always match).
-        self.gain = nn.Parameter(torch.tensor(1.0 / math.sqrt(max(1, routed_per_span))))
+        routed_per_span = max(1, config.anchor_stride() - 1)
+        self.gain = nn.Parameter(torch.tensor(1.0 / math.sqrt(routed_per_span)))
         # running (debiased) EMA of the batch's top-k cut-off: the causal threshold, frozen at eval
         self.register_buffer('thr_sum', torch.zeros(()))
         self.register_buffer('thr_steps', torch.zeros(()))
@@ -256,11 +272,9 @@ class Router(nn.Module):
     @torch.no_grad()
     def update_threshold(self, r, k):
         """Track the batch's (1 - c) score quantile: the cut between its (B*k)-th and (B*k+1)-th highest scores.
-        A fixed sigmoid(r) > 0.5 keeps far fewer than c of the tokens at small capacity (DESIGN.md)."""
-        flat = r.detach().flatten()
-        n = r.size(0) * k
-        top = torch.topk(flat, min(n + 1, flat.numel())).values
-        cut = (top[n - 1] + top[n]) / 2 if n < flat.numel() else top[-1] - 1.0
+        A fixed sigmoid(r) > 0.5 would keep far fewer than c of the tokens at small capacity (the README's "Our
+        reading of the paper", causal routing)."""
+        cut, _ = topk_cut(r.detach().flatten(), r.size(0) * k)
         self.thr_sum.mul_(self.momentum).add_((1 - self.momentum) * cut)
         self.thr_steps.add_(1)
 
@@ -276,33 +290,39 @@ class RoutedBlock(nn.Module):
     Selected tokens keep their order and their original positions; attention runs among them only, causally.
     The update is gated: x_i <- x_i + gate(r_i) * f(x_i)."""
 
-    def __init__(self, config, layer_idx, routed_per_span):
+    def __init__(self, config, layer_idx):
         super().__init__()
         self.layer_idx, self.capacity, self.impl = layer_idx, config.capacity, config.impl
         self.block = Block(config)
-        self.router = Router(config, routed_per_span)
+        self.router = Router(config)
 
     def forward(self, x, pos, routing='topk'):
+        """x (B, T, C) -> x, aux. aux: this layer's scores and selection; in top-k mode also the router's BCE and
+        its soft choice of each token, for depth balancing."""
         B, T, C = x.size()
         r = self.router(x)                                                  # (B, T)
         w = self.router.gate(r)                                             # (B, T)
-        info = {'scores': r}
         if routing == 'topk':
             k = capacity_k(self.capacity, T)
             idx, mask, cut = route_topk(r, k)
             if self.training:
                 self.router.update_threshold(r, k)
-            info['cut'] = cut
+            # The router learns to predict its own top-k choice from the token alone (for causal routing).
+            # Targets: this sequence's own top-k mask (B, T), detached; never another sequence's.
+            centred = r - cut.unsqueeze(1)                                  # (B, T); > 0 exactly where selected
+            aux = {'router_bce': F.binary_cross_entropy_with_logits(centred, mask.float()),
+                   'soft': torch.sigmoid(centred)}
         else:
             idx, mask = None, r > self.router.threshold()                   # causal: token i's own score only
-        info['mask'] = mask
+            aux = {}
         if self.impl == 'naive':
             x = self.forward_naive(x, mask, w)
         elif routing == 'topk':
             x = self.forward_fast(x, idx, w)
         else:
             x = self.forward_fast_masked(x, mask, w)
-        return x, info
+        aux.update(scores=r, mask=mask)
+        return x, aux
 
     def forward_naive(self, x, mask, w):
         """The idea, plainly: for each sequence, pick its selected tokens with a boolean mask, run the block on that
@@ -342,36 +362,38 @@ class RoutedBlock(nn.Module):
 # ----------------------------------------------------------------------------------------------------------------------
 # 5. The small MoE: token-choice top-k over experts, Switch balancing, z-loss, capacity factor
 
+def expert_capacity(config, N, routing='topk'):
+    """Slots per expert for a batch of N tokens: ceil(capacity_factor * top_k * N / E), at most N. The one home of
+    the rule (MoE routing and flops_per_token). A batch-wide capacity makes a token's fate depend on later
+    positions, so causal routing gives every expert room for all N tokens: it drops nothing."""
+    if routing == 'causal':
+        return N
+    return min(N, math.ceil(config.expert_capacity_factor * config.expert_top_k * N / config.n_expert))
+
+
 class MoE(nn.Module):
     """Replaces a block's MLP. Each token picks its expert_top_k experts (softmax over the router's logits,
-    renormalised over the chosen ones). Each expert takes at most `cap` tokens per batch; first choices have
-    priority over second choices, then earlier tokens; the rest are dropped (they pass through the residual).
-    A batch-wide capacity makes a token depend on later positions, so causal routing drops no token."""
+    renormalised over the chosen ones). Each expert takes at most expert_capacity tokens per batch; first choices
+    have priority over second choices, then earlier tokens; the rest are dropped (they pass through the residual)."""
 
     def __init__(self, config):
         super().__init__()
         E, C, H = config.n_expert, config.n_embd, config.expert_hidden
-        self.E, self.top_k, self.cf, self.impl = E, config.expert_top_k, config.expert_capacity_factor, config.impl
+        self.config, self.E, self.top_k, self.impl = config, E, config.expert_top_k, config.impl
         self.router = nn.Linear(C, E, bias=False)
         self.w_fc = nn.Parameter(torch.empty(E, C, H))       # expert e: x @ w_fc[e] -> gelu -> @ w_proj[e]
         self.w_proj = nn.Parameter(torch.empty(E, H, C))
         self.dropout = nn.Dropout(config.dropout)
-        self.routing = 'topk'                                # set by GPT.forward before each call
-        self.info = {}
 
-    def capacity(self, N):
-        if self.routing == 'causal':
-            return N
-        return min(N, math.ceil(self.cf * self.top_k * N / self.E))
-
-    def forward(self, x):
+    def forward(self, x, routing='topk'):
+        """x (B, T, C) -> y (B, T, C), aux: the balance and z losses, each expert's load, the dropped fraction."""
         B, T, C = x.size()
         xf = x.reshape(B * T, C)                                             # (N, C)
         logits = self.router(xf)                                             # (N, E)
         probs = F.softmax(logits.float(), dim=-1)
         topv, tope = torch.topk(probs, self.top_k, dim=-1)                   # (N, K)
         weights = (topv / topv.sum(-1, keepdim=True)).to(x.dtype)
-        cap = self.capacity(B * T)
+        cap = expert_capacity(self.config, B * T, routing)
         if self.impl == 'naive':
             y, kept = self.forward_naive(xf, tope, weights, cap)
         else:
@@ -380,16 +402,13 @@ class MoE(nn.Module):
         # P_e the mean router probability: equals 1 when routing is uniform.
         load = torch.zeros(self.E, device=x.device).scatter_add(0, tope.flatten(), torch.ones(tope.numel(),
                                                                 device=x.device)) / tope.numel()
-        self.info = {
-            'balance': self.E * (load * probs.mean(0)).sum(),
-            'zloss': torch.logsumexp(logits.float(), dim=-1).pow(2).mean(),  # router z-loss (Zoph et al. 2022)
+        aux = {
+            'moe_balance': self.E * (load * probs.mean(0)).sum(),
+            'moe_zloss': torch.logsumexp(logits.float(), dim=-1).pow(2).mean(),  # router z-loss (Zoph et al. 2022)
             'load': load.detach(),
             'drop_frac': 1.0 - kept.detach().float() / tope.numel(),
         }
-        return self.dropout(y.view(B, T, C))
-
-    def expert(self, e, x):
-        return F.gelu(x @ self.w_fc[e]) @ self.w_proj[e]
+        return self.dropout(y.view(B, T, C)), aux
 
     def forward_naive(self, xf, tope, weights, cap):
         """Loop over experts. Assignments in priority order: all first choices (by token), then second choices."""
@@ -398,7 +417,8 @@ class MoE(nn.Module):
         for e in range(self.E):
             choice, tok = (tope == e).t().nonzero(as_tuple=True)             # choice-major, then token order
             choice, tok = choice[:cap], tok[:cap]                            # the rest overflow the capacity
-            y[tok] += weights[tok, choice].unsqueeze(-1) * self.expert(e, xf[tok])
+            h = F.gelu(xf[tok] @ self.w_fc[e]) @ self.w_proj[e]              # expert e on its tokens
+            y[tok] += weights[tok, choice].unsqueeze(-1) * h
             kept = kept + tok.numel()
         return y, kept
 
@@ -425,6 +445,18 @@ class MoE(nn.Module):
         return y, keep.sum()
 
 
+class MoEBlock(Block):
+    """A block whose MLP is the MoE: attention is dense, the MLP is a mixture. Same weights' names as Block."""
+
+    def __init__(self, config):
+        super().__init__(config, mlp=MoE(config))
+
+    def forward(self, x, pos, routing='topk'):
+        a = self.attn(self.ln_1(x), pos)
+        m, aux = self.mlp(self.ln_2(x + a), routing)
+        return x + (a + m), aux
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # 6. The model
 
@@ -433,20 +465,12 @@ class GPT(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.config = config
-        kinds = self.layer_kinds()
-        routed_per_span = 1 if config.model == 'mod' else max(1, config.stride - 1)
-        layers = []
-        for l, kind in enumerate(kinds):
-            if kind == 'routed':
-                layers.append(RoutedBlock(config, l, routed_per_span))
-            elif kind == 'moe':
-                layers.append(Block(config, mlp=MoE(config)))
-            else:
-                layers.append(Block(config))
+        layer = {'dense': lambda l: Block(config), 'routed': lambda l: RoutedBlock(config, l),
+                 'moe': lambda l: MoEBlock(config)}
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
             drop=nn.Dropout(config.dropout),
-            h=nn.ModuleList(layers),
+            h=nn.ModuleList([layer[kind](l) for l, kind in enumerate(layer_kinds(config))]),
             ln_f=nn.RMSNorm(config.n_embd),
         ))
         # Tied input/output embedding (as GPT-2 and nanoGPT): at GPT-2's vocabulary it is most of a small model's
@@ -459,111 +483,96 @@ class GPT(nn.Module):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
             elif name.endswith('w_fc'):
                 nn.init.normal_(p, mean=0.0, std=0.02)
-        self.stats = {}
 
     def _init_weights(self, module):
-        if isinstance(module, nn.Linear):
+        if isinstance(module, (nn.Linear, nn.Embedding, Router)):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        elif isinstance(module, Router):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-
-    def layer_kinds(self):
-        return layer_kinds(self.config)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
 
     # -- forward ---------------------------------------------------------------------------------------------------
 
-    def forward(self, idx, targets=None, routing='topk'):
+    def forward(self, idx, targets=None, routing='topk', return_aux=False):
         """idx (B, T) token ids; targets (B, T) or None. routing: 'topk' (training) or 'causal' (sampling and the
-        honest validation loss). Returns (logits, loss); logits are (B, T, V) with targets, else (B, 1, V).
-        loss = language-model cross-entropy + the auxiliary losses (router BCE, depth balance, MoE)."""
+        honest validation loss). Returns (logits, loss): logits (B, T, V) with targets, else (B, 1, V); loss is
+        what training minimises, the LM cross-entropy plus the weighted auxiliary losses (router BCE and depth
+        balance in top-k mode, the MoE's always). return_aux=True adds a third value, aux = {'losses': each loss,
+        unweighted and detached, 'lm' the LM cross-entropy; 'layers': what each layer returned}."""
         if routing not in ROUTINGS:
             raise ValueError(f"routing={routing!r} is invalid: allowed {' | '.join(ROUTINGS)}")
-        c = self.config
         B, T = idx.size()
-        if T > c.block_size:
-            raise ValueError(f"sequence length {T} exceeds block_size={c.block_size}")
-        pos = torch.arange(T, device=idx.device)
-        x = self.transformer.drop(self.transformer.wte(idx))               # (B, T, C)
-        stats, routed = {}, []
-        moe_balance, moe_z, moe_drop = x.new_zeros(()), x.new_zeros(()), x.new_zeros(())
-        for l, layer in enumerate(self.transformer.h):
-            if isinstance(layer, RoutedBlock):
-                x, info = layer(x, pos, routing)
-                routed.append((l, layer, info))
-            else:
-                if isinstance(layer.mlp, MoE):
-                    layer.mlp.routing = routing
-                x = layer(x, pos)
-                if isinstance(layer.mlp, MoE):
-                    info = layer.mlp.info
-                    moe_balance, moe_z, moe_drop = moe_balance + info['balance'], moe_z + info['zloss'], \
-                        moe_drop + info['drop_frac']
-                    stats[f'moe_load_max_{l}'] = info['load'].max() * layer.mlp.E   # 1 = uniform
-                    stats[f'moe_drop_frac_{l}'] = info['drop_frac']
+        if T > self.config.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size={self.config.block_size}")
+        pos = torch.arange(T, device=idx.device)                     # each token's position; a routed layer keeps it
+        x = self.transformer.drop(self.transformer.wte(idx))          # (B, T, C)
+        layers = []
+        for layer in self.transformer.h:                              # dense, routed and MoE layers alike
+            x, aux = layer(x, pos, routing)
+            layers.append(aux)
         x = self.transformer.ln_f(x)
-
-        aux = self.routing_losses(routed, routing, T, stats)
-        n_moe = sum(isinstance(layer, Block) and isinstance(layer.mlp, MoE) for layer in self.transformer.h)
-        if n_moe:
-            stats['aux_moe'] = (moe_balance / n_moe).detach()
-            stats['aux_z'] = (moe_z / n_moe).detach()
-            stats['moe_drop_frac'] = (moe_drop / n_moe).detach()
-            aux = aux + c.moe_aux * moe_balance / n_moe + c.moe_zloss * moe_z / n_moe
-
-        if targets is not None:
-            logits = self.lm_head(x)                                         # (B, T, V)
-            # flatten (B, T) together: one target per position of every sequence
-            lm_loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
-            loss = lm_loss + aux
-            stats['lm_loss'] = lm_loss.detach()
-            stats['loss'] = loss.detach()
-        else:
-            logits = self.lm_head(x[:, [-1], :])                             # (B, 1, V): generation needs only this
-            loss = None
-        self.stats = stats
+        if targets is None:
+            return self.lm_head(x[:, [-1], :]), None                  # (B, 1, V): generation needs only this
+        logits = self.lm_head(x)                                      # (B, T, V)
+        # flatten (B, T) together: one target per position of every sequence
+        lm = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+        aux_losses = self.aux_losses(layers, T)
+        weight = self.loss_weights()
+        loss = lm + sum(weight[name] * value for name, value in aux_losses.items())
+        if return_aux:
+            losses = {name: v.detach() for name, v in dict(lm=lm, **aux_losses).items()}
+            return logits, loss, {'losses': losses, 'layers': layers}
         return logits, loss
 
-    def routing_losses(self, routed, routing, T, stats):
-        """Router BCE and depth balance (top-k only) and the per-layer routing statistics, written into stats."""
+    def loss_weights(self):
         c = self.config
-        aux = torch.zeros((), device=self.lm_head.weight.device)
-        if not routed:
-            return aux
-        bce, soft, depth = [], [], 0
-        for l, layer, info in routed:
-            r, mask = info['scores'], info['mask']
-            causal_pick = r > layer.router.threshold()
-            stats[f'sel_frac_{l}'] = mask.float().mean().detach()
-            stats[f'causal_rate_{l}'] = causal_pick.float().mean().detach()
-            stats[f'gate_{l}'] = (layer.router.gain if c.gate == 'variance' else
-                                  (layer.router.gate(r) * mask).sum() / mask.sum().clamp_min(1)).detach()
-            depth = depth + mask.float()                                     # (B, T) realised routed depth
-            if routing == 'topk':
-                # The router learns to predict its own top-k choice from the token alone (for causal routing).
-                # Targets: this sequence's own top-k mask (B, T), detached; never another sequence's.
-                centred = r - info['cut'].unsqueeze(1)                       # (B, T); > 0 exactly where selected
-                bce.append(F.binary_cross_entropy_with_logits(centred, mask.float()))
-                soft.append(torch.sigmoid(centred))
-                stats[f'router_acc_{l}'] = (causal_pick == mask).float().mean().detach()
-        stats['depth_mean'] = depth.mean().detach()
-        stats['depth_std'] = depth.std(unbiased=False).detach()            # spread of realised depth over tokens
-        if routing == 'topk':
-            stats['aux_router'] = torch.stack(bce).mean().detach()
-            aux = aux + c.router_aux * torch.stack(bce).mean()
-            target = sum(capacity_k(c.capacity, T) / T for _ in routed)      # c * R, with c as realised at T
-            bal = depth_balance_loss(torch.stack(soft), target)
-            stats['aux_balance'] = bal.detach()
-            if c.balance > 0:
-                aux = aux + c.balance * bal
-        return aux
+        return {'router_bce': c.router_aux, 'depth_balance': c.balance, 'moe_balance': c.moe_aux,
+                'moe_zloss': c.moe_zloss}
 
-    def get_stats(self):
-        """model.stats as plain floats (one host sync), for logging."""
-        return {k: float(v) for k, v in self.stats.items()}
+    def aux_losses(self, layers, T):
+        """The auxiliary losses, unweighted, from what the layers returned (`layers`: one aux dict per layer).
+        Routed layers give theirs in top-k mode only: in causal mode there is no top-k choice to learn from."""
+        routed = [a for a in layers if 'router_bce' in a]
+        moe = [a for a in layers if 'moe_balance' in a]
+        losses = {}
+        if routed:
+            losses['router_bce'] = torch.stack([a['router_bce'] for a in routed]).mean()
+            target = len(routed) * capacity_k(self.config.capacity, T) / T    # c * R, with c as realised at T
+            losses['depth_balance'] = depth_balance_loss(torch.stack([a['soft'] for a in routed]), target)
+        if moe:
+            losses['moe_balance'] = sum(a['moe_balance'] for a in moe) / len(moe)
+            losses['moe_zloss'] = sum(a['moe_zloss'] for a in moe) / len(moe)
+        return losses
+
+    @torch.no_grad()
+    def routing_stats(self, layers, routing):
+        """What the log records about routing, from one forward's `layers` (forward(..., return_aux=True)), as
+        0-dim tensors (no host sync). Top-k mode: each routed layer's router accuracy (does its causal threshold
+        pick what top-k picks?) and gate, the spread of the tokens' routed depth (what balancing flattens), each
+        MoE layer's busiest expert (1 = uniform) and the dropped fraction. Causal mode (every name prefixed
+        causal_): each routed layer's rate of taken tokens (against capacity c), the realised depth, the MoE's
+        busiest expert."""
+        stats, depth, drops = {}, 0, []
+        prefix = '' if routing == 'topk' else 'causal_'
+        for l, (layer, a) in enumerate(zip(self.transformer.h, layers)):
+            if 'mask' in a:                                            # a routed layer
+                r, mask = a['scores'], a['mask']
+                depth = depth + mask.float()                           # (B, T) realised routed depth
+                if routing == 'topk':
+                    stats[f'router_acc_{l}'] = ((r > layer.router.threshold()) == mask).float().mean()
+                    stats[f'gate_{l}'] = (layer.router.gain if self.config.gate == 'variance' else
+                                          (layer.router.gate(r) * mask).sum() / mask.sum().clamp_min(1))
+                else:
+                    stats[f'causal_rate_{l}'] = mask.float().mean()
+            elif 'load' in a:                                          # an MoE layer
+                stats[f'{prefix}moe_load_max_{l}'] = a['load'].max() * len(a['load'])
+                drops.append(a['drop_frac'])
+        if torch.is_tensor(depth):
+            if routing == 'causal':
+                stats['causal_depth_mean'] = depth.mean()
+            stats[prefix + 'depth_std'] = depth.std(unbiased=False)
+        if drops and routing == 'topk':                                # causal routing drops nothing
+            stats['moe_drop_frac'] = torch.stack(drops).mean()
+        return stats
 
     # -- accounting ------------------------------------------------------------------------------------------------
 
@@ -580,21 +589,17 @@ class GPT(nn.Module):
         attention, router and expert_top_k experts."""
         c = self.config
         frac = capacity_k(c.capacity, c.block_size) / c.block_size
-        n = sum(p.numel() for p in self.transformer.ln_f.parameters())
-        for layer in self.transformer.h:
-            if isinstance(layer, RoutedBlock):
-                n += frac * sum(p.numel() for p in layer.block.parameters())
-                n += sum(p.numel() for p in layer.router.parameters())
-            elif isinstance(layer.mlp, MoE):
-                moe = layer.mlp
-                n += sum(p.numel() for p in layer.parameters())
-                n -= (moe.E - moe.top_k) * (moe.w_fc[0].numel() + moe.w_proj[0].numel())
+        count = lambda module: sum(p.numel() for p in module.parameters())
+        n = count(self.transformer.ln_f)
+        for kind, layer in zip(layer_kinds(c), self.transformer.h):
+            if kind == 'routed':
+                n += frac * count(layer.block) + count(layer.router)
+            elif kind == 'moe':
+                n += count(layer) - (c.n_expert - c.expert_top_k) * (layer.mlp.w_fc[0].numel() +
+                                                                      layer.mlp.w_proj[0].numel())
             else:
-                n += sum(p.numel() for p in layer.parameters())
+                n += count(layer)
         return n
-
-    def flops_per_token(self, T=None, batch_size=1):
-        return flops_per_token(self.config, T, batch_size)
 
     # -- training and generation -----------------------------------------------------------------------------------
 
@@ -629,7 +634,7 @@ class GPT(nn.Module):
 # 7. Accounting from the config alone, and FLOP matching
 
 def layer_kinds(config):
-    """e.g. ['dense', 'routed', 'routed', 'routed', 'dense', ...] for xmod with stride 4."""
+    """e.g. ['dense', 'routed', 'routed', 'routed', 'dense', ...] for xmod with stride 4 (GPTConfig.is_dense_layer)."""
     if config.model == 'moe':
         return ['moe'] * config.n_layer
     return ['dense' if config.is_dense_layer(l) else 'routed' for l in range(config.n_layer)]
@@ -651,44 +656,38 @@ def flops_per_token(config, T=None, batch_size=1):
             total += (k / T) * 24 * d * d + 4 * k * k * d / T + 2 * d   # k tokens, k x k attention, the router
         else:
             N = batch_size * T
-            cap = min(N, math.ceil(c.expert_capacity_factor * c.expert_top_k * N / c.n_expert))
-            slots = c.n_expert * cap / N                      # expert slots per token, capacity padding included
+            slots = c.n_expert * expert_capacity(c, N) / N   # expert slots per token, capacity padding included
             total += 8 * d * d + 4 * T * d + 2 * d * c.n_expert + slots * 4 * d * c.expert_hidden
     return total
 
 
-
 def match_flops(dense, model, stride=None, n_layer=None, capacity=None, tol=0.02, max_layers=None):
-    """Return a `model` config whose forward FLOPs per token at dense.block_size are within tol of the dense config's.
-    mod/xmod: with n_layer given, solve the capacity (an integer k of block_size tokens); without it, try every total
-    depth and keep the one whose solved capacity is closest (in ratio) to `capacity` (default dense.capacity, i.e. 0.125).
-    moe: solve expert_hidden. Raises ValueError when nothing lands within tol."""
+    """Return a mod/xmod config whose forward FLOPs per token at dense.block_size are within tol of the dense
+    config's. With n_layer given, solve the capacity (an integer k of block_size tokens); without it, try every total
+    depth and keep the one whose solved capacity is closest (in ratio) to `capacity` (default dense.capacity, i.e.
+    0.125). X-MoD with stride 1 has no routed layer: it is the dense model itself. Raises ValueError when nothing
+    lands within tol. (The MoE is matched on active parameters instead, by its expert_hidden default.)"""
     if dense.model != 'dense':
         raise ValueError(f"match_flops needs a dense config, got model={dense.model!r}")
+    if model not in ('mod', 'xmod'):
+        raise ValueError(f"match_flops: model={model!r} is invalid: allowed mod | xmod")
     T = dense.block_size
     target = flops_per_token(dense)
     capacity = capacity if capacity is not None else dense.capacity
     base = replace(dense, model=model, stride=stride if stride is not None else dense.stride, gate=None, balance=None)
-    if model == 'moe':
-        best = min((replace(base, expert_hidden=h) for h in range(1, 8 * dense.n_embd + 1)),
-                   key=lambda cfg: abs(flops_per_token(cfg) - target))
-        cands = [best]
-    elif model in ('mod', 'xmod'):
-        depths = [n_layer] if n_layer is not None else range(1, (max_layers or 8 * dense.n_layer) + 1)
-        cands = []
-        for L in depths:
-            cfg = replace(base, n_layer=L)
-            n_routed = sum(not cfg.is_dense_layer(l) for l in range(L))
-            if n_routed == 0:
-                continue
-            ks = range(1, T + 1)
-            k = min(ks, key=lambda k: abs(flops_per_token(replace(cfg, capacity=k / T)) - target))
-            cands.append(replace(cfg, capacity=k / T))
-        cands = [cfg for cfg in cands if abs(flops_per_token(cfg) / target - 1) <= tol]
-        cands.sort(key=lambda cfg: (abs(math.log(cfg.capacity / capacity)), cfg.n_layer))   # closest in ratio
-    else:
-        raise ValueError(f"match_flops: model={model!r} is invalid: allowed mod | xmod | moe")
-    if not cands or abs(flops_per_token(cands[0]) / target - 1) > tol:
+    depths = [n_layer] if n_layer is not None else range(1, (max_layers or 8 * dense.n_layer) + 1)
+    cands = []
+    for L in depths:
+        cfg = replace(base, n_layer=L)
+        if 'routed' not in layer_kinds(cfg):
+            if base.anchor_stride() == 1:
+                cands.append(cfg)               # stride 1: all anchors, the dense model (its capacity is moot)
+            continue
+        k = min(range(1, T + 1), key=lambda k: abs(flops_per_token(replace(cfg, capacity=k / T)) - target))
+        cands.append(replace(cfg, capacity=k / T))
+    cands = [cfg for cfg in cands if abs(flops_per_token(cfg) / target - 1) <= tol]
+    cands.sort(key=lambda cfg: (abs(math.log(cfg.capacity / capacity)), cfg.n_layer))   # closest in ratio
+    if not cands:
         what = f"n_layer={n_layer}" if n_layer is not None else "any depth"
         raise ValueError(f"match_flops: no {model} config with {what} (stride={base.stride}) lands within "
                          f"{tol:.0%} of the dense model's {target:.4g} FLOPs/token at T={T}; change depth or width")
@@ -698,12 +697,14 @@ def match_flops(dense, model, stride=None, n_layer=None, capacity=None, tol=0.02
 # ----------------------------------------------------------------------------------------------------------------------
 # 8. The model zoo: `python xmod.py`
 
-def layout_string(model):
-    return ''.join({'dense': 'D', 'routed': 'r', 'moe': 'E'}[k] for k in model.layer_kinds())
+def layout_string(config):
+    """e.g. 'DrrrDrrrDrrr': D dense (an anchor), r routed, E MoE."""
+    return ''.join({'dense': 'D', 'routed': 'r', 'moe': 'E'}[k] for k in layer_kinds(config))
 
 
 def zoo(dense=None):
-    """The default small config of each family, the sparse ones FLOP-matched to the dense one."""
+    """The default small config of each family, the sparse ones FLOP-matched to the dense one: the models that
+    `python train.py --model=...` trains by default (GPTConfig's defaults are train.py's)."""
     dense = dense or GPTConfig()
     configs = [dense, match_flops(dense, 'mod'), match_flops(dense, 'xmod', stride=4),
                match_flops(dense, 'xmod', stride=2), replace(dense, model='moe')]
@@ -714,17 +715,17 @@ def zoo(dense=None):
         total, active = m.num_params(), m.num_active_params()
         rows.append(dict(model=cfg.model, stride=cfg.stride if cfg.model == 'xmod' else '-', n_layer=cfg.n_layer,
                          capacity=f"{cfg.capacity:.4f}" if cfg.model in ('mod', 'xmod') else '-',
-                         layout=layout_string(m), params=total, active=int(round(active)),
-                         rho=total / active, flops=m.flops_per_token()))
+                         layout=layout_string(cfg), params=total, active=int(round(active)),
+                         rho=total / active, flops=flops_per_token(cfg)))
     return rows
 
 
 if __name__ == '__main__':
     base = GPTConfig()
     print(f"Model zoo: n_embd={base.n_embd}, n_head={base.n_head}, block_size={base.block_size}, "
-          f"vocab_size={base.vocab_size}. mod and xmod are FLOP-matched (within 2%) to the dense model; moe matches its "
-          f"active parameters (its expert capacity factor {base.expert_capacity_factor} pads FLOPs). "
-          f"Layout: D dense, r routed, E MoE. Params are non-embedding.\n")
+          f"vocab_size={base.vocab_size} (train.py's defaults). mod and xmod are FLOP-matched (within 2%) to the "
+          f"dense model; moe matches its active parameters (its expert capacity factor {base.expert_capacity_factor} "
+          f"pads FLOPs). Layout: D dense, r routed, E MoE. Params are non-embedding.\n")
     print("| model | stride | n_layer | capacity | layout | params | active | rho | FLOPs/token |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in zoo(base):

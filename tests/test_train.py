@@ -16,6 +16,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+import harness
 import train
 import xmod
 
@@ -112,7 +113,7 @@ def test_end_to_end(runs, model):
     out = runs[model]
     rows = read_log(out)
     header = list(rows[0])
-    assert tuple(header[:len(train.LOG_COLUMNS)]) == train.LOG_COLUMNS
+    assert tuple(header[:len(harness.LOG_COLUMNS)]) == harness.LOG_COLUMNS
     assert [int(r['step']) for r in rows] == [0, 5, 10]
     info = read_json(out)
     for k in RUN_JSON_KEYS:
@@ -138,13 +139,13 @@ def test_end_to_end(runs, model):
     else:
         assert any(c.startswith('causal_') for c in header)
     if model in ('mod', 'xmod'):
-        assert 'sel_frac_1' in header and 'causal_sel_frac_1' in header and 'causal_depth_std' in header
+        assert 'router_acc_1' in header and 'causal_rate_1' in header and 'causal_depth_std' in header
         # FLOP-matched to the 4-layer dense run (within 2%)
         dense = xmod.flops_per_token(xmod.GPTConfig(**read_json(runs['dense'])['model_config']))
         assert info['flops_per_token'] == pytest.approx(dense, rel=0.02)
     if model == 'xmod':
         assert info['layout'] == 'DrrrDrrrDrrr' and cfg['gate'] == 'variance' and cfg['balance'] > 0
-    ckpt = train.load_checkpoint(os.path.join(out, 'ckpt.pt'))
+    ckpt = harness.load_checkpoint(os.path.join(out, 'ckpt.pt'))
     assert ckpt['step'] == 10 and ckpt['model_args'] == mcfg
     assert not any(k.startswith(('_orig_mod.', 'module.')) for k in ckpt['model'])
     assert {'python', 'numpy', 'torch', 'cuda'} <= set(ckpt['rng'][0]) and ckpt['data']['step'] == 10
@@ -171,13 +172,13 @@ def test_eval_set_is_fixed_and_spans_the_split():
 def test_config_file_and_overrides(tmp_path):
     cfg_file = tmp_path / 'my_config.py'
     cfg_file.write_text("import math\nmodel = 'dense'\nn_embd = 2 ** 6\nlearning_rate = 3e-4\nmax_tokens = 1e6\n")
-    cfg, explicit = train.configure([str(cfg_file), '--n_embd=32', '--dropout=0', '--compile=false'], train.DEFAULTS)
+    cfg, explicit = harness.configure([str(cfg_file), '--n_embd=32', '--dropout=0', '--compile=false'], train.DEFAULTS)
     assert (cfg.model, cfg.n_embd, cfg.learning_rate, cfg.max_tokens) == ('dense', 32, 3e-4, 1_000_000)
     assert cfg.dropout == 0.0 and isinstance(cfg.dropout, float) and cfg.compile is False
     assert explicit == {'model', 'n_embd', 'learning_rate', 'max_tokens', 'dropout', 'compile'}
     for name in os.listdir(os.path.join(ROOT, 'config')):   # the shipped config files parse, by name without .py
         if name.endswith('.py'):
-            train.configure([name[:-3]], train.DEFAULTS)
+            harness.configure([name[:-3]], train.DEFAULTS)
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -214,8 +215,8 @@ def test_resume_is_exact(corpus, tmp_path):
 def test_atomic_save(runs, tmp_path, monkeypatch):
     """A crash in the middle of writing a checkpoint leaves the previous one loadable, and no temporary file."""
     path = str(tmp_path / 'ckpt.pt')
-    good = train.load_checkpoint(os.path.join(runs['xmod'], 'ckpt.pt'))
-    train.save_checkpoint(good, path)
+    good = harness.load_checkpoint(os.path.join(runs['xmod'], 'ckpt.pt'))
+    harness.save_checkpoint(good, path)
     before = open_bytes(path)
     real_save = torch.save
 
@@ -228,10 +229,10 @@ def test_atomic_save(runs, tmp_path, monkeypatch):
     monkeypatch.setattr(torch, 'save', crash)
     new = dict(good, step=999)
     with pytest.raises(OSError, match='simulated crash'):
-        train.save_checkpoint(new, path)
+        harness.save_checkpoint(new, path)
     monkeypatch.undo()
     assert open_bytes(path) == before
-    assert train.load_checkpoint(path)['step'] == good['step']
+    assert harness.load_checkpoint(path)['step'] == good['step']
     assert os.listdir(tmp_path) == ['ckpt.pt']
 
 
@@ -241,20 +242,21 @@ def test_nan_stops_and_keeps_last_good_checkpoint(corpus, tmp_path, monkeypatch,
     real_forward = xmod.GPT.forward
     calls = {'train': 0}
 
-    def forward(self, idx, targets=None, routing='topk'):
-        logits, loss = real_forward(self, idx, targets, routing)
+    def forward(self, idx, targets=None, routing='topk', return_aux=False):
+        out = real_forward(self, idx, targets, routing, return_aux)
         if self.training:
             calls['train'] += 1
             if calls['train'] > 3:
-                loss = loss * float('nan')
-                self.stats['lm_loss'] = loss.detach()
-        return logits, loss
+                nan = float('nan')
+                out = (out[0], out[1] * nan) + ((dict(out[2], losses={k: v * nan for k, v in
+                                                                      out[2]['losses'].items()}),) if return_aux else ())
+        return out
     monkeypatch.setattr(xmod.GPT, 'forward', forward)
     rc = train.main([f'--data_dir={corpus}', f'--out_dir={out}', '--model=dense', '--eval_interval=2',
                      '--log_interval=1', '--max_iters=10'] + TINY[:4] + ['--eval_tokens=256'])
     err = capsys.readouterr().err
     assert rc == 3 and 'NaN' in err.replace('nan', 'NaN') and 'checkpoint' in err, err
-    assert train.load_checkpoint(os.path.join(out, 'ckpt.pt'))['step'] == 2
+    assert harness.load_checkpoint(os.path.join(out, 'ckpt.pt'))['step'] == 2
     assert [r['step'] for r in read_log(out)] == ['0', '2'] and read_json(out)['finished'] is False
 
 
@@ -360,7 +362,7 @@ def test_default_dataset_is_prepared_when_missing(corpus, tmp_path, monkeypatch,
     monkeypatch.setattr(train, 'ROOT', str(tmp_path))
     folder = tmp_path / 'data' / 'shakespeare'
     monkeypatch.setattr(shk, 'prepare', lambda *a, **k: shutil.copytree(corpus, folder))
-    cfg, _ = train.configure([], train.DEFAULTS)
+    cfg, _ = harness.configure([], train.DEFAULTS)
     assert train.find_data(cfg, ddp=False)[0] == str(folder)
     assert 'preparing' in capsys.readouterr().out and (folder / 'val.bin').exists()
     shutil.rmtree(folder)

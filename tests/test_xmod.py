@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from xmod import (GPT, GPTConfig, MoE, RoutedBlock, capacity_k, flops_per_token, layer_kinds,  # noqa: E402
-                  match_flops, route_topk)
+from xmod import (GPT, GPTConfig, MoE, RoutedBlock, capacity_k, expert_capacity, flops_per_token,  # noqa: E402
+                  layer_kinds, match_flops, route_topk)
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 V = 48
@@ -56,6 +56,13 @@ def routed_layers(model):
     return [layer for layer in model.transformer.h if isinstance(layer, RoutedBlock)]
 
 
+def measured(m, x, y, routing='topk'):
+    """logits, loss and everything the log would record of one forward: the unweighted losses (lm, router_bce, ...)
+    and routing_stats."""
+    logits, loss, aux = m(x, y, routing=routing, return_aux=True)
+    return logits, loss, {**aux['losses'], **m.routing_stats(aux['layers'], routing)}
+
+
 def rel_err(a, b):
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
 
@@ -73,22 +80,20 @@ def test_shapes_finite_and_learns_a_batch(model):
     logits, loss = m(x)
     assert logits.shape == (4, 1, V) and loss is None
     opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
-    m(x, y)
-    start = m.stats['lm_loss'].item()
+    start = measured(m, x, y)[2]['lm'].item()
     for _ in range(50):
         _, loss = m(x, y)
         opt.zero_grad()
         loss.backward()
         opt.step()
-    m(x, y)
-    assert m.stats['lm_loss'].item() < start / 2
+    assert measured(m, x, y)[2]['lm'].item() < start / 2
 
 
 def test_layer_layout():
     assert layer_kinds(tiny('xmod', n_layer=8, stride=4)) == ['dense', 'routed', 'routed', 'routed'] * 2
     assert layer_kinds(tiny('mod', n_layer=4, stride=4)) == ['dense', 'routed'] * 2   # mod ignores stride
     assert layer_kinds(tiny('xmod', n_layer=4, stride=1)) == ['dense'] * 4             # stride 1 is dense
-    assert GPT(tiny('moe')).layer_kinds() == ['moe'] * 4
+    assert layer_kinds(tiny('moe')) == ['moe'] * 4
     assert tiny('xmod').gate == 'variance' and tiny('mod').gate == 'plain'
     assert tiny('xmod').balance > 0 and tiny('mod').balance == 0
 
@@ -121,13 +126,14 @@ def test_naive_equals_fast(model, B, T, capacity, stride):
         for m in (fast, naive):
             m.train(train)
             m.zero_grad()
-        lf, Lf = fast(x, y, routing=routing)
+        lf, Lf, sf = measured(fast, x, y, routing)
         Lf.backward()
-        ln, Ln = naive(x, y, routing=routing)
+        ln, Ln, sn = measured(naive, x, y, routing)
         Ln.backward()
         assert rel_err(lf, ln) <= 1e-4 and rel_err(Lf, Ln) <= 1e-4
-        for k in fast.stats:
-            assert rel_err(fast.stats[k], naive.stats[k]) <= 1e-4, k
+        assert sf.keys() == sn.keys()
+        for k in sf:
+            assert rel_err(sf[k], sn[k]) <= 1e-4, k
         for (name, pf), pn in zip(fast.named_parameters(), naive.parameters()):
             assert (pf.grad is None) == (pn.grad is None), name
             if pf.grad is not None:
@@ -136,8 +142,7 @@ def test_naive_equals_fast(model, B, T, capacity, stride):
             assert torch.allclose(bf, bn), routing
     if model == 'moe' and extra:
         fast.train()
-        fast(x, y)
-        assert fast.stats['moe_drop_frac'] > 0        # the case really exercised dropping
+        assert measured(fast, x, y)[2]['moe_drop_frac'] > 0        # the case really exercised dropping
 
 
 @pytest.mark.parametrize('model', ['xmod', 'moe'])
@@ -188,7 +193,7 @@ def record_routed_io(model):
 
     def hook(layer, args, out):
         log.append(dict(layer=layer, x_in=args[0].detach().clone(), x_out=out[0].detach().clone(),
-                        mask=out[1]['mask'], scores=out[1]['scores'].detach(), cut=out[1].get('cut')))
+                        mask=out[1]['mask'], scores=out[1]['scores'].detach()))
 
     def count(layer, args, out):
         counts.append(args[0].shape[:2])
@@ -260,7 +265,7 @@ def test_full_capacity_with_unit_gate_is_a_dense_block(impl):
     x = torch.randn(2, 32, 32)
     out, _ = layer(x, torch.arange(32))
     with torch.no_grad():
-        assert torch.allclose(out, layer.block(x, torch.arange(32)), atol=1e-6)
+        assert torch.allclose(out, layer.block(x, torch.arange(32))[0], atol=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -282,7 +287,7 @@ def test_router_bce_targets_are_per_sequence(impl):
     m = GPT(tiny('xmod', impl=impl, n_layer=4, capacity=0.25))
     log, _, _ = record_routed_io(m)
     B, T = 4, 32
-    m(*batch(B, T))
+    stats = measured(m, *batch(B, T))[2]
     k = capacity_k(0.25, T)
     expected = []
     for rec in log:
@@ -296,7 +301,7 @@ def test_router_bce_targets_are_per_sequence(impl):
         cut = torch.stack([(r[b].sort(descending=True).values[k - 1] + r[b].sort(descending=True).values[k]) / 2
                            for b in range(B)])
         expected.append(F.binary_cross_entropy_with_logits(r - cut[:, None], own.float()))
-    assert abs(m.stats['aux_router'].item() - torch.stack(expected).mean().item()) < 1e-6
+    assert abs(stats['router_bce'].item() - torch.stack(expected).mean().item()) < 1e-6
 
 
 @pytest.mark.parametrize('model', ['dense', 'mod', 'xmod', 'moe'])
@@ -306,8 +311,8 @@ def test_batch_elements_are_independent(model):
     torch.manual_seed(0)
     m = GPT(tiny(model, expert_capacity_factor=4.0)).eval()
     x, y = batch(3, 32)
-    logits, _ = m(x, y)
-    lm = m.stats['lm_loss']
+    logits, _, stats = measured(m, x, y)
+    lm = stats['lm']
     singles = [m(x[b:b + 1], y[b:b + 1]) for b in range(3)]
     assert torch.allclose(logits, torch.cat([s[0] for s in singles]), atol=1e-5)
     per_seq = torch.stack([F.cross_entropy(s[0][0], y[b]) for b, s in enumerate(singles)])
@@ -336,18 +341,22 @@ def test_flops_per_token_matches_flop_counter(model, T):
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         m(x, y)
     measured = counter.get_total_flops() / (B * T)
-    assert abs(m.flops_per_token(T, batch_size=B) / measured - 1) < 0.02
+    assert abs(flops_per_token(m.config, T, batch_size=B) / measured - 1) < 0.02
 
 
 def test_flop_matching_lands_within_two_percent_or_says_so():
     dense = GPTConfig(n_layer=4, n_embd=128, n_head=4, block_size=256)
     target = flops_per_token(dense)
     for model, kw in [('xmod', dict(stride=4)), ('xmod', dict(stride=8)), ('xmod', dict(stride=4, n_layer=16)),
-                      ('mod', {}), ('moe', {})]:
+                      ('mod', {})]:
         cfg = match_flops(dense, model, **kw)
         assert cfg.model == model and abs(flops_per_token(cfg) / target - 1) <= 0.02
         assert capacity_k(cfg.capacity, cfg.block_size) == round(cfg.capacity * cfg.block_size)
     assert match_flops(dense, 'xmod', stride=4, n_layer=16).n_layer == 16
+    stride1 = match_flops(dense, 'xmod', stride=1)             # stride 1: all anchors, the dense model itself
+    assert layer_kinds(stride1) == ['dense'] * 4 and flops_per_token(stride1) == target
+    with pytest.raises(ValueError, match='mod | xmod'):
+        match_flops(dense, 'moe')                              # the MoE is matched on active parameters instead
     with pytest.raises(ValueError, match='within'):
         match_flops(dense, 'xmod', stride=2, n_layer=10)       # 5 dense anchors already exceed 4 dense layers
 
@@ -392,12 +401,11 @@ def test_depth_balancing_cuts_realised_depth_spread_and_causal_rate_is_calibrate
         for balance in spread:
             m = train_xmod(balance, seed)
             with torch.no_grad():
-                m(*eval_batch)
-                spread[balance].append(m.stats['depth_std'].item())       # realised: top-k masks summed
+                spread[balance].append(measured(m, *eval_batch)[2]['depth_std'].item())       # realised: top-k masks summed
                 if balance > 0:
-                    m(*eval_batch, routing='causal')
+                    stats = measured(m, *eval_batch, routing='causal')[2]
                     for layer in routed_layers(m):
-                        rate = m.stats[f'sel_frac_{layer.layer_idx}'].item()
+                        rate = stats[f'causal_rate_{layer.layer_idx}'].item()
                         assert 0.7 * 0.25 <= rate <= 1.3 * 0.25, (seed, layer.layer_idx, rate)
     off, on = sum(spread[0.0]) / 3, sum(spread[0.1]) / 3
     assert on <= 0.8 * off, spread
@@ -419,23 +427,21 @@ def test_moe_balance_loss_is_one_when_uniform_and_drops_are_counted(impl):
     with torch.no_grad():
         moe.router.weight.zero_()                       # uniform probabilities
     x = torch.randn(2, 16, 32)
-    moe(x)
-    assert abs(moe.info['balance'].item() - 1.0) < 1e-6
+    _, aux = moe(x)
+    assert abs(aux['moe_balance'].item() - 1.0) < 1e-6
     # send every token to experts 0 (first choice) and 1 (second choice)
     with torch.no_grad():
         moe.router.weight.zero_()
         moe.router.weight[0, 0], moe.router.weight[1, 0] = 10.0, 5.0
     x = torch.randn(2, 16, 32)
     x[..., 0] = x[..., 0].abs() + 1.0
-    moe.routing = 'topk'
-    moe(x)
+    _, aux = moe(x, 'topk')
     N, cap = 32, math.ceil(1.0 * 2 * 32 / 4)            # 16 slots per expert
-    assert cap == moe.capacity(N)
-    assert abs(moe.info['drop_frac'].item() - (1 - 2 * cap / (2 * N))) < 1e-6
-    assert moe.info['load'].tolist() == [0.5, 0.5, 0.0, 0.0]
-    moe.routing = 'causal'                               # causal routing drops nothing
-    moe(x)
-    assert moe.info['drop_frac'].item() == 0.0
+    assert cap == expert_capacity(cfg, N)
+    assert abs(aux['drop_frac'].item() - (1 - 2 * cap / (2 * N))) < 1e-6
+    assert aux['load'].tolist() == [0.5, 0.5, 0.0, 0.0]
+    _, aux = moe(x, 'causal')                            # causal routing drops nothing
+    assert aux['drop_frac'].item() == 0.0
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,356 @@
+"""
+harness.py: the machinery around a run that a reader of train.py does not need to see, shared by every script.
+
+  - the command line: module-level defaults, a config file, then --key=value, type-checked, with did-you-mean
+    and a --help that lists each key with the comment beside its default (`configure`)
+  - exit codes and the user-error type, and `run_main`, which turns them into one line on stderr
+  - the run folder: run.json, log.csv (its first columns, LOG_COLUMNS, are a contract fit_law.py reads) and
+    ckpt.pt, every write atomic; truncating the log on resume
+  - every random generator's state, for an exact resume; the git commit; device picking
+"""
+import builtins
+import contextlib
+import csv
+import difflib
+import io
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import tokenize
+import types
+from ast import literal_eval
+
+import numpy as np
+import torch
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 2, 3, 130
+
+RUN_FILES = ('run.json', 'log.csv', 'ckpt.pt')
+# The first columns of log.csv, in this order; the model's statistics follow them. fit_law.py (runs.py) reads these.
+LOG_COLUMNS = ('step', 'tokens', 'flops', 'lr', 'elapsed_s', 'tokens_per_s', 'train_loss', 'val_loss',
+               'val_loss_causal')
+CKPT_KEYS = ('model', 'optimizer', 'config', 'model_args', 'step', 'rng', 'meta')
+
+
+class UserError(Exception):
+    """Bad input the user can fix: printed as one line on stderr, exit code 2, nothing on disk touched."""
+
+
+class LossDiverged(Exception):
+    """The loss became NaN or inf: exit code 3, the last good checkpoint is kept."""
+
+
+def one_line(e):
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
+
+
+def run_main(prog, fn, argv=None, interrupted=''):
+    """fn(argv) -> exit code, with UserError -> 2, LossDiverged -> 3, Ctrl-C -> 130, each as one line on stderr."""
+    if hasattr(sys.stdout, 'reconfigure'):
+        sys.stdout.reconfigure(line_buffering=True)     # a redirected log gets each line as it is printed
+    try:
+        return fn(sys.argv[1:] if argv is None else argv)
+    except UserError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except LossDiverged as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return EXIT_DIVERGED
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted{'; ' + interrupted if interrupted else ''}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The command line: defaults, then a config file, then --key=value
+
+def defaults_of(namespace):
+    """The module-level settings of a script: every public bool, int, float or str defined above this call."""
+    return {k: v for k, v in namespace.items() if not k.startswith('_') and type(v) in (bool, int, float, str)
+            and not k.isupper()}
+
+
+def key_comments(path):
+    """{key: the comment on the line where a module-level `key = default` is assigned}, for --help."""
+    comments = {}
+    with contextlib.suppress(OSError, tokenize.TokenError, SyntaxError):
+        with open(path, 'rb') as f:
+            tokens = list(tokenize.tokenize(f.readline))
+        for i, tok in enumerate(tokens):
+            if (tok.type == tokenize.NAME and tok.start[1] == 0 and i + 1 < len(tokens)
+                    and tokens[i + 1].string == '='):
+                line = tok.start[0]
+                for t in tokens[i + 2:]:
+                    if t.start[0] != line:
+                        break
+                    if t.type == tokenize.COMMENT:
+                        comments[tok.string] = t.string.lstrip('#').strip()
+    return comments
+
+
+def usage(doc, defaults, source, files=True):
+    comments = key_comments(source) if source else {}
+    width = max(len(f"--{k}={v!r}") for k, v in defaults.items()) if defaults else 0
+    how = '; a config file as a bare argument sets them too' if files else ''
+    lines = [doc.strip(), '', f'options (--key=value{how}):']
+    for k, v in defaults.items():
+        lines.append(f"  {f'--{k}={v!r}':<{width}}  {comments.get(k, '')}".rstrip())
+    return '\n'.join(lines)
+
+
+def coerce(value, default, shown, cli):
+    """value (a string from the command line when cli, else a Python object from a config file) as the default's
+    type. int is accepted for float keys and an integral float (1e6) for int keys; bools are True/False/true/false/
+    1/0 on the command line, True/False in a config file."""
+    want = type(default)
+    if want is str:
+        if isinstance(value, str):
+            return value
+    else:
+        v = value
+        if cli:
+            with contextlib.suppress(ValueError, SyntaxError):
+                v = literal_eval(v.strip())
+        if want is bool:
+            if cli and isinstance(v, str) and v.lower() in ('true', 'false'):
+                return v.lower() == 'true'
+            if isinstance(v, bool) or (cli and type(v) is int and v in (0, 1)):
+                return bool(v)
+        elif want is int:
+            if type(v) is int:
+                return v
+            if type(v) is float and v.is_integer():
+                return int(v)
+        elif type(v) in (int, float):
+            return float(v)
+    raise UserError(f"{shown}: expected {want.__name__} (like the default {default!r})")
+
+
+def unknown_key(key, defaults, where):
+    best = difflib.get_close_matches(key, list(defaults), n=1, cutoff=0.0)
+    hint = f"; did you mean --{best[0]}?" if best else ''
+    return UserError(f"unknown key {key!r} {where}{hint}")
+
+
+def find_config_file(name, config_dir):
+    """A bare argument: a path, or a name under config/, with or without .py."""
+    for path in (name, name + '.py', os.path.join(config_dir, name), os.path.join(config_dir, name + '.py')):
+        if os.path.isfile(path):
+            return path
+    raise UserError(f"config file not found: {name} (looked for it as a path and under {config_dir})")
+
+
+def configure(argv, defaults, doc='', source=None, config_dir=os.path.join(ROOT, 'config'), files=True,
+              positional=None):
+    """argv -> (config namespace, set of keys given explicitly by a config file or the command line).
+    -h/--help prints doc and every key with its default and the comment beside it in `source`, then exits 0.
+    A bare argument is a config file (files=True), or is appended to the list `positional` when one is given."""
+    cfg, explicit = dict(defaults), set()
+    for arg in argv:
+        if arg in ('-h', '--help'):
+            print(usage(doc, defaults, source, files and positional is None))
+            sys.exit(EXIT_OK)
+        if not arg.startswith('--'):
+            if positional is not None:
+                positional.append(arg)
+                continue
+            if not files:
+                raise UserError(f"unexpected argument {arg!r}: options are --key=value (see --help)")
+            path = find_config_file(arg, config_dir)
+            ns = {'__file__': os.path.abspath(path)}
+            try:
+                with open(path) as f:
+                    exec(builtins.compile(f.read(), path, 'exec'), ns)   # `compile` is a key of train.py
+            except Exception as e:
+                raise UserError(f"config file {path}: {type(e).__name__}: {one_line(e)}") from None
+            for k, v in ns.items():
+                if k.startswith('_') or isinstance(v, (types.ModuleType, types.FunctionType, type)):
+                    continue          # imports and helpers a config file may use
+                if k not in defaults:
+                    raise unknown_key(k, defaults, f"in config file {path}")
+                cfg[k] = coerce(v, defaults[k], f"{k} = {v!r} in {path}", cli=False)
+                explicit.add(k)
+        else:
+            key, eq, value = arg[2:].partition('=')
+            if key not in defaults:
+                raise unknown_key(key, defaults, 'on the command line')
+            if not eq:
+                if type(defaults[key]) is not bool:
+                    raise UserError(f"{arg}: overrides are --key=value")
+                value = 'True'                              # a bare --flag turns a bool on
+            cfg[key] = coerce(value, defaults[key], arg, cli=True)
+            explicit.add(key)
+    return types.SimpleNamespace(**cfg), explicit
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The run folder: every write is atomic
+
+def atomic_write(path, write):
+    """write(f) into a temporary file in path's folder, flush it to disk, then os.replace it onto path: a crash or
+    a kill at any moment leaves the old file or the new one, never a half-written file under the real name."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix='.' + os.path.basename(path) + '.', suffix='.tmp')
+    try:
+        umask = os.umask(0o22)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)          # mkstemp makes it private; give it a normal file's permissions
+        with os.fdopen(fd, 'wb') as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+        raise
+
+
+def save_checkpoint(ckpt, path):
+    atomic_write(path, lambda f: torch.save(ckpt, f))
+
+
+def write_json(path, obj):
+    atomic_write(path, lambda f: f.write((json.dumps(obj, indent=2) + '\n').encode()))
+
+
+def load_checkpoint(path, map_location='cpu', missing='nothing to resume (start a run with --init_from=scratch)'):
+    """The checkpoint dict; UserError (never a deletion) when it is missing, corrupt or truncated. Our checkpoints
+    hold only tensors and plain Python values, so they load with weights_only=True (no arbitrary unpickling)."""
+    if not os.path.isfile(path):
+        raise UserError(f"no checkpoint at {path}: {missing}")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:
+        raise UserError(f"cannot read checkpoint {path} (corrupt or truncated? it is left as is): "
+                        f"{type(e).__name__}: {one_line(e)}") from None
+    missing = [k for k in CKPT_KEYS if not isinstance(ckpt, dict) or k not in ckpt]
+    if missing:
+        raise UserError(f"{path} is not a train.py checkpoint (no {', '.join(missing)}; it is left as is)")
+    return ckpt
+
+
+def run_state(out_dir):
+    """'finished', 'partial' (run.json says finished: false) or 'new' (no readable run.json)."""
+    try:
+        with open(os.path.join(out_dir, 'run.json')) as f:
+            return 'finished' if json.load(f).get('finished') else 'partial'
+    except (OSError, ValueError, AttributeError):
+        return 'new'
+
+
+def never_checkpointed(out_dir):
+    """True for an unfinished run that has no checkpoint to resume from (killed before its first evaluation)."""
+    return run_state(out_dir) == 'partial' and not os.path.exists(os.path.join(out_dir, 'ckpt.pt'))
+
+
+def clean_state_dict(state):
+    """Checkpoints hold the raw model's weights. Files saved from a compiled or DDP-wrapped model (nanoGPT's bug)
+    carry an '_orig_mod.' or 'module.' prefix on every key: strip them so those load too."""
+    for _ in range(2):
+        for prefix in ('_orig_mod.', 'module.'):
+            if state and all(k.startswith(prefix) for k in state):
+                state = {k[len(prefix):]: v for k, v in state.items()}
+    return state
+
+
+def rng_state():
+    """Every random generator's state, as plain values and tensors (so the checkpoint loads with weights_only)."""
+    name, key, pos, has_gauss, cached = np.random.get_state()
+    return {'python': random.getstate(), 'numpy': [name, key.tolist(), pos, has_gauss, cached],
+            'torch': torch.get_rng_state(),
+            'cuda': torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def set_rng_state(s):
+    random.setstate((s['python'][0], tuple(s['python'][1]), s['python'][2]))
+    name, key, pos, has_gauss, cached = s['numpy']
+    np.random.set_state((name, np.array(key, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(s['torch'])
+    if s['cuda'] and torch.cuda.is_available() and len(s['cuda']) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(s['cuda'])
+
+
+def read_log(path):
+    if not os.path.isfile(path):
+        return None, []
+    with open(path, newline='') as f:
+        rows = list(csv.reader(f))
+    return (rows[0], rows[1:]) if rows else (None, [])
+
+
+def truncate_log(path, last_step):
+    """On resume: drop the rows after the checkpoint's step (written after it, before the kill) and any torn
+    last line, so the resumed run appends without duplicates."""
+    header, rows = read_log(path)
+    if header is None:
+        return
+    n = len(header)
+
+    def keep(r):
+        try:
+            return len(r) == n and int(r[0]) <= last_step
+        except ValueError:
+            return False
+    kept = [header] + [r for r in rows if keep(r)]
+
+    def write(f):
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator='\n').writerows(kept)
+        f.write(buf.getvalue().encode())
+    atomic_write(path, write)
+
+
+def append_log(path, row):
+    """Append one row; the header is written by the first row (LOG_COLUMNS, then the statistics in the model's
+    order), and later rows follow the file's own header."""
+    header, _ = read_log(path)
+    new = header is None
+    header = header or list(row)
+    with open(path, 'a', newline='') as f:
+        w = csv.writer(f, lineterminator='\n')
+        if new:
+            w.writerow(header)
+        w.writerow([fmt(row.get(k, '')) for k in header])
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def fmt(v):
+    return repr(v) if isinstance(v, float) else str(v)   # repr: the shortest exact float
+
+
+def git_commit():
+    try:
+        r = subprocess.run(['git', '-C', ROOT, 'rev-parse', 'HEAD'], capture_output=True, text=True, timeout=10)
+        return r.stdout.strip() if r.returncode == 0 else ''
+    except (OSError, subprocess.SubprocessError):
+        return ''
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Devices
+
+def pick_device(name, local_rank=None):
+    """'' picks cuda, then mps, then cpu; under DDP each rank takes cuda:local_rank."""
+    if not name:
+        name = 'cuda' if torch.cuda.is_available() else 'mps' if torch.backends.mps.is_available() else 'cpu'
+    kind = name.split(':')[0]
+    if kind not in ('cpu', 'cuda', 'mps'):
+        raise UserError(f"--device={name!r}: expected '' (auto) | cpu | cuda | cuda:N | mps")
+    if kind == 'cuda' and not torch.cuda.is_available():
+        raise UserError(f"--device={name}: no CUDA device is available (leave --device empty to pick one)")
+    if kind == 'mps' and not torch.backends.mps.is_available():
+        raise UserError(f"--device={name}: MPS is not available (leave --device empty to pick one)")
+    if kind == 'cuda' and local_rank is not None:
+        name = f'cuda:{local_rank}'        # DDP: one GPU per rank
+    return name
