@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -433,3 +434,83 @@ def test_unbuildable_model(corpus, tmp_path, bad_train):
     bad_train([f'--data_dir={corpus}', f'--out_dir={tmp_path}', '--model=mod', '--n_layer=2'],
               'match_flops')
     assert os.listdir(tmp_path) == []
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# what a new user ran into: a sparse run that is not sparse, stride 1, extending a run, --help, redirected output
+
+def test_a_sparse_run_that_would_route_every_token_is_refused(corpus, bad_train):
+    """n_layer = the dense depth makes FLOP matching solve capacity 1 (rho = 1): refused, with the way out."""
+    bad_train([f'--data_dir={corpus}', '--model=xmod', '--n_layer=4'], 'capacity 1.0', '--n_layer=0')
+    bad_train([f'--data_dir={corpus}', '--model=mod', '--stride=8'], '--stride=8', '--model=xmod')
+
+
+def test_the_nanogpt_config_keeps_a_sparse_model_sparse():
+    """config/shakespeare_char_nanogpt.py sets the dense depth, so --model=xmod on top of it is FLOP-matched X-MoD."""
+    cfg, _ = harness.configure(['shakespeare_char_nanogpt', '--model=xmod'], train.DEFAULTS)
+    mcfg = train.model_config(cfg, 84)
+    assert mcfg.n_layer > 4 and xmod.capacity_k(mcfg.capacity, cfg.block_size) < cfg.block_size
+    cfg, _ = harness.configure(['shakespeare_char_nanogpt'], train.DEFAULTS)
+    assert train.model_config(cfg, 84).n_layer == 4 and train.model_config(cfg, 84).model == 'dense'
+
+
+def test_stride_one_is_the_dense_model():
+    cfg, _ = harness.configure(['--model=xmod', '--stride=1'], train.DEFAULTS)
+    mcfg = train.model_config(cfg, 84)
+    dense = train.model_config(harness.configure(['--model=dense'], train.DEFAULTS)[0], 84)
+    assert xmod.layer_kinds(mcfg) == ['dense'] * 4 == xmod.layer_kinds(dense)
+    assert xmod.flops_per_token(mcfg) == xmod.flops_per_token(dense)
+
+
+def test_extending_a_finished_run_keeps_its_schedule(runs, tmp_path):
+    """--init_from=resume with a larger budget goes on at min_lr; the steps it had already run are unchanged."""
+    out = str(tmp_path / 'extended')
+    import shutil
+    shutil.copytree(runs['dense'], out)
+    before = read_log(out)
+    r = run(TRAIN, f'--out_dir={out}', '--init_from=resume', '--max_iters=14', '--eval_interval=2')
+    assert r.returncode == 0, r.stderr
+    assert 'extending' in r.stdout and 'min_lr' in r.stdout
+    rows = read_log(out)
+    assert rows[:len(before)] == before
+    assert [int(x['step']) for x in rows[len(before):]] == [12, 14]
+    assert all(float(x['lr']) == train.DEFAULTS['min_lr'] for x in rows[len(before):])
+    assert read_json(out)['finished'] is True and read_json(out)['n_iters'] == 14
+
+
+def test_help_lists_every_key_with_its_description():
+    r = run(TRAIN, '--help')
+    assert r.returncode == 0
+    lines = {line.split()[0].split('=')[0]: line for line in r.stdout.splitlines() if line.startswith('  --')}
+    assert set(lines) == {f'--{k}' for k in train.DEFAULTS}
+    assert 'optimizer steps' in lines['--max_iters'] and 'context length' in lines['--block_size']
+    r = run(SAMPLE, '--help')
+    assert r.returncode == 0 and 'EXIT' not in r.stdout and '--temperature=0.8' in r.stdout
+    for script in ('bench.py', 'sweep.py'):
+        r = run(os.path.join(ROOT, script), '--help')
+        assert r.returncode == 0 and 'options' in r.stdout, script
+    r = run(os.path.join(ROOT, 'bench.py'), '--steps=abc')
+    assert_bad_input(r.returncode, r.stderr, '--steps=abc', 'int')
+    r = run(os.path.join(ROOT, 'sweep.py'), 'no_such_sweep.py')
+    assert_bad_input(r.returncode, r.stderr, 'sweep file')
+
+
+def test_redirected_output_arrives_line_by_line(corpus, tmp_path):
+    """stdout to a file (no PYTHONUNBUFFERED): the banner is in the file while the run is still going."""
+    env = {k: v for k, v in ENV.items() if k != 'PYTHONUNBUFFERED'}
+    log = tmp_path / 'train.log'
+    with open(log, 'w') as f:
+        p = subprocess.Popen([sys.executable, TRAIN, f'--data_dir={corpus}', f'--out_dir={tmp_path / "o"}',
+                              '--model=dense', '--max_iters=100000', *TINY[:4]], stdout=f, stderr=subprocess.DEVNULL,
+                             cwd=ROOT, env=env)
+        try:
+            seen = False
+            for _ in range(600):
+                if 'budget' in log.read_text():
+                    seen = p.poll() is None
+                    break
+                time.sleep(0.1)
+            assert seen, log.read_text()
+        finally:
+            p.kill()
+            p.wait()
