@@ -1,6 +1,8 @@
 """
-Tests for fit_law.py on synthetic run directories written exactly like train.py's (run.json + log.csv).
-Fast: the dense fits use few bootstrap resamples, and only a few tests go through a subprocess.
+Tests for fit_law.py (and runs.py, report.py) on synthetic run directories written exactly like train.py's
+(run.json + log.csv), and on the committed results/cpu_small. Fast: the dense fits use few bootstrap resamples, and
+only a few tests go through a subprocess. Together they state what fit_law.py accepts and refuses (README, "Fitting
+the law: inputs fit_law.py accepts").
 """
 
 import json
@@ -15,6 +17,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import fit_law  # noqa: E402
+from runs import load_runs, mark_heldout, pair_runs  # noqa: E402
 
 TRUE_DENSE = dict(E=1.7, A=400.0, alpha=0.34, B=410.0, beta=0.28)
 TRUE_REL = dict(capacity_gain=0.03, context_correction=0.01, stride_interaction=-0.006)
@@ -266,6 +269,88 @@ def test_tiny_sweep_degrades_gracefully(tmp_path, capsys):
 
 
 # -----------------------------------------------------------------------------
+# degenerate fits: refused when no law can be read, else fitted with no interval where the runs give none
+
+@pytest.mark.parametrize('budgets', [(2 ** 20,), (2 ** 19, 2 ** 20, 2 ** 21, 2 ** 22, 2 ** 23)])
+def test_dense_law_alone_on_one_size_is_refused(tmp_path, capsys, budgets):
+    """A single dense run, or dense runs of a single N: the dense law is all there is to fit, and they cannot pin it
+    down, so there is nothing to print."""
+    for tk in budgets:
+        make_run(tmp_path / 'runs', f'dense_D{tk}', tokens=tk, loss=dense_loss(12 * 4 * N_EMBD ** 2, tk))
+    code, err = run_main(capsys, str(tmp_path / 'runs'), '--out', str(tmp_path / 'out'))
+    assert code == 2 and err.count('\n') == 1
+    assert 'the dense law needs dense runs at >= 2 model sizes N and >= 2 token budgets D' in err
+    assert f'got {len(budgets)} run(s) at 1 N and {len(set(budgets))} D' in err
+    assert not os.path.exists(tmp_path / 'out' / 'fit.json')
+
+
+def test_dense_law_alone_when_the_pair_is_held_out_is_refused(tmp_path, capsys):
+    code, err = run_main(capsys, tiny_sweep(tmp_path / 'runs'), '--out', str(tmp_path / 'out'), '--holdout',
+                         'model=xmod')
+    assert code == 2 and 'no full X-MoD pair (not held out)' in err
+
+
+def test_partial_fit_prints_no_interval(tmp_path):
+    """One dense run and one X-MoD pair: the pair measures capacity_gain, which is printed, but neither law gets an
+    interval (the dense law is not identified; one pair for one term is an exact solve, every resample the same),
+    and each says so instead of showing a zero-width one."""
+    root = tiny_sweep(tmp_path / 'runs')
+    code, out, err = cli(root, '--out', str(tmp_path / 'out'), '--bootstrap', '20')
+    assert code == 0, err
+    fj = json.load(open(tmp_path / 'out' / 'fit.json'))
+    assert fj['dense']['ill_posed'] and set(fj['dense']['ci'].values()) == {None}
+    gain = fj['relative']['coefficients']['capacity_gain']
+    assert gain['value'] is not None and gain['ci_low'] is None and gain['ci_high'] is None
+    assert 'the dense law is ill-posed' in err and 'every bootstrap resample gives the same capacity_gain' in err
+    assert sum('no interval' in w for w in fj['warnings']) == 3  # the dense law, the relative law for each metric
+    dense_line = next(line for line in out.splitlines() if 'dense: L =' in line)
+    rel_line = next(line for line in out.splitlines() if 'relative (1 pairs)' in line)
+    assert 'ILL-POSED' in dense_line and 'no intervals' in dense_line
+    assert 'capacity_gain' in rel_line and '(no interval)' in rel_line and '[' not in rel_line.split(':', 1)[1]
+    md = open(tmp_path / 'out' / 'summary.md').read()
+    assert '(no interval)' in md and '[-, -]' not in md
+
+
+def test_zero_width_bootstrap_interval_is_dropped():
+    fit_law.WARNINGS.clear()
+    ci = fit_law.intervals([[1.0, 2.0], [1.0, 2.5], [1.0, 3.0]], ('a', 'b'), 'test')
+    assert ci['a'] is None and ci['b'][0] < ci['b'][1]
+    assert fit_law.WARNINGS == ['test: every bootstrap resample gives the same a: no interval']
+
+
+# -----------------------------------------------------------------------------
+# the committed results
+
+def same_numbers(new, old, where='fit.json'):
+    """new has old's keys and numbers (to 1e-6), bootstrap intervals aside."""
+    if isinstance(old, dict):
+        assert set(new) == set(old), where
+        for k in old:
+            if k not in ('ci', 'ci_low', 'ci_high', 'bootstrap'):
+                same_numbers(new[k], old[k], f'{where}.{k}')
+    elif isinstance(old, list):
+        assert len(new) == len(old), where
+        for i, (a, b) in enumerate(zip(new, old)):
+            same_numbers(a, b, f'{where}[{i}]')
+    elif isinstance(old, float):
+        assert new == pytest.approx(old, rel=1e-6, abs=1e-12), where
+    else:
+        assert new == old, where
+
+
+@pytest.mark.parametrize('fit, holdout', [('results/cpu_small', 'stride==8'),
+                                          ('results/cpu_small/holdout_budget', 'tokens==max_tokens_all')])
+def test_committed_fit_is_reproduced(tmp_path, capsys, monkeypatch, fit, holdout):
+    """The README's commands on the committed runs give the committed fit.json (its intervals need the 200-resample
+    bootstrap: minutes, so they are left out here)."""
+    monkeypatch.chdir(ROOT)  # fit.json records the run directories as given
+    code, err = run_main(capsys, 'results/cpu_small/runs', '--out', str(tmp_path), '--holdout', holdout,
+                         '--bootstrap', '0')
+    assert code == 0, err
+    same_numbers(json.load(open(tmp_path / 'fit.json')), json.load(open(os.path.join(ROOT, fit, 'fit.json'))))
+
+
+# -----------------------------------------------------------------------------
 # pairing, held-out selection, seed noise
 
 def test_pairing_picks_closest_flops(tmp_path):
@@ -274,19 +359,33 @@ def test_pairing_picks_closest_flops(tmp_path):
     make_run(tmp_path, 'd_c', flops_per_token=1.012e6, loss=3.2, block_size=256)  # wrong context
     make_run(tmp_path, 'x', model='xmod', n_layer=12, stride=4, capacity=0.125, flops_per_token=1.012e6,
              params_total=3e6, params_active=1e6, loss=2.9)
-    runs = fit_law.load_runs([str(tmp_path)])
-    fit_law.pair_runs(runs)
+    runs = load_runs([str(tmp_path)])
+    pair_runs(runs)
     x = next(r for r in runs if r['model'] == 'xmod')
     assert x['partner']['name'] == 'd_b'
 
 
 def test_holdout_namespace(tmp_path):
     make_sweep(tmp_path, contexts=(128,), strides=(4, 8), ablations=False)
-    runs = fit_law.load_runs([str(tmp_path)])
-    fit_law.mark_heldout('tokens==max_tokens_all', runs)
+    runs = load_runs([str(tmp_path)])
+    mark_heldout(['tokens==max_tokens_all'], runs)
     assert {r['name'] for r in runs if r['heldout']} == {f'dense_L{n}_D{2 ** 24}' for n in (2, 8, 16)}
-    fit_law.mark_heldout("model == 'xmod' and stride in (8,) and rho > 1 and params_total > params_active", runs)
+    mark_heldout(["model == 'xmod' and stride >= 8 and rho > 1 and params_total > 1000", ], runs)
     assert sum(r['heldout'] for r in runs) == 4
+    # a run is held out when it matches every condition of at least one --holdout
+    mark_heldout(['model=xmod, stride=8, capacity=0.125', 'tokens==max_tokens_all'], runs)
+    assert sum(r['heldout'] for r in runs) == 2 + 3
+
+
+@pytest.mark.parametrize('filt, n', [('stride==8', 12), ('tokens==max_tokens_all', 3), ('block_size==512', 14),
+                                     ("model=='xmod' and stride==8", 12), ("gate='plain'", 2),
+                                     ('seed > 0 and model == "dense"', 3), ('model=xmod, stride!=8, capacity<0.2', 12 + 4)])
+def test_readme_filters(tmp_path, filt, n):
+    """The filters the README and --help show, and the other operators."""
+    make_sweep(tmp_path)
+    runs = load_runs([str(tmp_path)])
+    mark_heldout([filt], runs)
+    assert sum(r['heldout'] for r in runs) == n
 
 
 def test_pooled_seed_noise():
@@ -320,11 +419,14 @@ def test_malformed_json_exits_2_via_cli(tmp_path):
 def test_bad_holdout_expressions_exit_2_via_cli(tmp_path):
     root = tiny_sweep(tmp_path / 'runs')
     code, out, err = cli(root, '--out', str(tmp_path / 'out'), '--holdout', "__import__('os').system('true')")
-    assert code == 2 and 'Traceback' not in err and 'not allowed' in err
+    assert code == 2 and 'Traceback' not in err and 'syntax error' in err
 
 
-@pytest.mark.parametrize('expr, says', [('stride ==', 'syntax error'), ('no_such_key > 1', 'NameError'),
-                                        ('().__class__', 'not allowed'), ('model == "dense"', 'no dense run')])
+@pytest.mark.parametrize('expr, says', [('stride ==', 'syntax error'), ('no_such_key > 1', "unknown key 'no_such_key'"),
+                                        ('().__class__', 'syntax error'), ('model == "dense"', 'no dense run'),
+                                        ('strde == 8', "did you mean 'stride'?"), ('stride in (8,)', 'bad operator'),
+                                        ('stride =< 8', "bad operator '=<'"), ('stride == 8,', 'syntax error'),
+                                        ('model > 3', 'not supported between'), ('T < 0', "unknown key 'T'")])
 def test_bad_holdout_expressions_exit_2(tmp_path, capsys, expr, says):
     code, err = run_main(capsys, tiny_sweep(tmp_path / 'runs'), '--out', str(tmp_path / 'out'), '--holdout', expr)
     assert code == 2 and says in err and err.count('error:') == 1
@@ -409,6 +511,8 @@ def test_no_sparse_run_with_partner_exits_2(tmp_path, capsys):
     (lambda m: m.update(params_active=1e12), 'params_active'),
     (lambda m: m.update(flops_per_token=float('nan')), 'flops_per_token'),
     (lambda m: m.update(seed='0'), 'seed must be an integer'),
+    (lambda m: m['config'].update(capacity=0.0), 'capacity'),  # a config xmod.GPTConfig refuses
+    (lambda m: m.update(model_config=dict(m['config'], model='transformer')), "unknown model 'transformer'"),
 ])
 def test_bad_run_json_exits_2(tmp_path, capsys, edit, says):
     root = tiny_sweep(tmp_path / 'runs')
@@ -440,3 +544,17 @@ def test_null_gate_and_balance_mean_the_family_default(tmp_path, capsys):
     assert code == 0 and 'selects no run' in err
     fj = json.load(open(tmp_path / 'out' / 'fit.json'))
     assert fj['relative']['n_pairs'] == 1  # counted as full X-MoD
+
+
+def test_model_is_read_through_xmod(tmp_path):
+    """run.json's model_config, as xmod.GPTConfig resolves it, wins over config; GPTConfig gives the layout (MoD
+    alternates whatever its stride says) and passes over keys it does not know."""
+    make_run(tmp_path, 'mod', model='mod', n_layer=6, stride=4, capacity=0.25, gate=None, balance=None)
+    path = os.path.join(make_run(tmp_path, 'x', model='xmod', n_layer=12, stride=4, capacity=0.125), 'run.json')
+    meta = json.load(open(path))
+    meta['model_config'] = dict(meta['config'], gate='plain', balance=0.0, a_future_field=1)
+    json.dump(meta, open(path, 'w'))
+    runs = {r['name']: r for r in load_runs([str(tmp_path)])}
+    assert runs['mod']['stride'] == 2 and runs['mod']['variant'] == 'mod' and runs['mod']['config']['gate'] == 'plain'
+    assert runs['x']['stride'] == 4 and runs['x']['variant'] == 'xmod-plain-nobal'
+    assert runs['x']['config']['gate'] == 'plain'  # what --holdout sees

@@ -1,0 +1,298 @@
+"""
+runs.py: a sweep's finished runs as fit_law.py needs them: run.json and log.csv read and checked against train.py's
+contract, duplicates refused, sparse runs paired with FLOP-matched dense partners, --holdout filters applied. A run's
+model is what xmod.GPTConfig makes of it (family defaults, layout), so no rule of the model is restated here. Bad
+input raises harness.UserError (one line, exit 2); the list: README, "Fitting the law: inputs fit_law.py accepts".
+"""
+
+import csv
+import dataclasses
+import difflib
+import glob
+import json
+import math
+import operator
+import os
+import re
+import sys
+
+import numpy as np
+
+import xmod
+from harness import LOG_COLUMNS, UserError
+
+METRICS = ('val_loss_causal', 'val_loss')
+REQUIRED_TOP = ('config', 'params_total', 'params_active', 'flops_per_token', 'tokens_per_iter', 'seed', 'finished')
+# what fit_law.py reads of the model; GPTConfig has a default for each, and a silent default would be a wrong run
+REQUIRED_MODEL = ('model', 'n_layer', 'n_head', 'n_embd', 'block_size', 'stride', 'capacity', 'gate', 'balance')
+USED_COLUMNS = ('step', 'tokens', 'flops', 'val_loss', 'val_loss_causal')  # these must be finite in every row
+# config keys that cannot change a run's result: two runs differing only in these are the same experiment
+IGNORE_KEYS = ('out_dir', 'init_from', 'log_interval', 'compile', 'device', 'overwrite', 'stop_iter', 'dtype',
+               'backend', 'eval_interval', 'data_dir')
+# pairing tolerances: the same training tokens, and match_flops' 2% (README, "Our reading of the paper", The law)
+TOKENS_TOL = 0.01
+FPT_TOL = 0.02
+
+
+WARNINGS = []
+
+
+def warn(msg):
+    WARNINGS.append(msg)
+    print(f'fit_law.py: warning: {msg}', file=sys.stderr)
+
+
+# -----------------------------------------------------------------------------
+# reading runs
+
+def find_run_dirs(patterns):
+    """Each argument must yield a run directory; what a glob also catches (stray files, a fit) is passed over."""
+    dirs = []
+    for p in patterns:
+        matches = sorted(glob.glob(p)) if any(c in p for c in '*?[') else [p]
+        if not matches or not os.path.exists(matches[0]):
+            raise UserError(f'{p}: matches no file or directory')
+        found = []
+        for m in matches:
+            if os.path.basename(m) == 'run.json':
+                m = os.path.dirname(m) or '.'
+            if os.path.isdir(m):
+                found += sorted(root for root, _, files in os.walk(m) if 'run.json' in files)
+        if not found:
+            raise UserError(f'{p}: no run.json in it or below it')
+        dirs += found
+    unique = {}
+    for d in dirs:  # the same directory reached twice (overlapping globs) is read once
+        unique.setdefault(os.path.realpath(d), d)
+    return list(unique.values())
+
+
+def read_log(path):
+    """log.csv -> {column: np.array} for the columns we use, after checking the contract."""
+    try:
+        with open(path, newline='') as f:
+            rows = [r for r in csv.reader(f) if r]
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise UserError(f'{path}: cannot read ({e})')
+    if not rows:
+        raise UserError(f'{path}: empty file')
+    header = [h.strip() for h in rows[0]]
+    missing = [c for c in LOG_COLUMNS if c not in header]
+    if missing:
+        raise UserError(f'{path}: missing column(s) {", ".join(missing)}')
+    if len(rows) < 2:
+        raise UserError(f'{path}: no evaluation rows')
+    cols = {c: [] for c in USED_COLUMNS}
+    for lineno, row in enumerate(rows[1:], start=2):
+        if len(row) != len(header):
+            raise UserError(f'{path}: line {lineno} has {len(row)} fields, the header has {len(header)}')
+        for c in USED_COLUMNS:
+            cell = row[header.index(c)].strip()
+            try:
+                v = float(cell)
+            except ValueError:
+                raise UserError(f'{path}: line {lineno}: {c} is not a number ({cell!r})')
+            if not math.isfinite(v):
+                raise UserError(f'{path}: line {lineno}: {c} is {cell!r} (a diverged or corrupted run: '
+                                f'leave it out of the inputs)')
+            cols[c].append(v)
+    return {c: np.array(v, dtype=np.float64) for c, v in cols.items()}
+
+
+def positive_number(meta, key, path):
+    v = meta[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise UserError(f'{path}: {key} must be a positive finite number, got {v!r}')
+    return float(v)
+
+
+def model_of(meta, path):
+    """The run's model as xmod.GPTConfig builds it from run.json's "model_config" (or "config" in older runs), given
+    only GPTConfig's fields, so that a field added to or dropped from GPTConfig does not break old runs."""
+    src = 'model_config' if 'model_config' in meta else 'config'
+    given = meta[src]
+    if not isinstance(given, dict):
+        raise UserError(f'{path}: "{src}" is not an object')
+    for k in REQUIRED_MODEL:
+        if k not in given:
+            raise UserError(f'{path}: {src} is missing key "{k}"')
+    if given['model'] not in xmod.MODELS:
+        raise UserError(f'{path}: unknown model {given["model"]!r} (expected one of {", ".join(xmod.MODELS)})')
+    fields = {f.name for f in dataclasses.fields(xmod.GPTConfig)}
+    try:
+        return xmod.GPTConfig(**{k: v for k, v in given.items() if k in fields})
+    except (TypeError, ValueError) as e:
+        raise UserError(f'{path}: {src}: {e}')
+
+
+def variant(mc):
+    """The family, with X-MoD's ablations told apart: 'xmod' is the full recipe."""
+    if mc.model != 'xmod':
+        return mc.model
+    return 'xmod' + ('' if mc.gate == 'variance' else '-plain') + ('' if mc.balance > 0 else '-nobal')
+
+
+def config_key(cfg, with_seed=True):
+    c = {k: v for k, v in cfg.items() if k not in IGNORE_KEYS and not k.startswith('wandb')}
+    if not with_seed:
+        c.pop('seed', None)
+    return json.dumps(c, sort_keys=True, default=str)
+
+
+def check_final(meta, last, jpath, lpath):
+    """The last log.csv row must be the evaluation run.json records as "final"."""
+    final = meta['final'] if isinstance(meta.get('final'), dict) else {}  # older runs may not record it
+    for k, tol_abs, tol_rel in (('step', 0, 0), ('tokens', 0.5, 1e-9), ('flops', 0, 1e-3), ('val_loss', 1e-4, 0),
+                                ('val_loss_causal', 1e-4, 0)):
+        v = final.get(k)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise UserError(f'{jpath}: final.{k} is not a finite number ({v!r})')
+        if abs(v - last[k]) > tol_abs + tol_rel * abs(v):
+            raise UserError(f'{lpath}: last row {k}={last[k]:.10g} disagrees with run.json final.{k}={v:.10g}')
+
+
+def load_run(d):
+    """One run directory -> a dict, or None (with a warning) for an unfinished run."""
+    jpath = os.path.join(d, 'run.json')
+    try:
+        with open(jpath) as f:
+            meta = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f'{jpath}: not valid JSON ({e})')
+    if not isinstance(meta, dict):
+        raise UserError(f'{jpath}: not a JSON object')
+    for k in REQUIRED_TOP:
+        if k not in meta:
+            raise UserError(f'{jpath}: missing key "{k}"')
+    if not isinstance(meta['config'], dict):
+        raise UserError(f'{jpath}: "config" is not an object')
+    mc = model_of(meta, jpath)
+    # the config as --holdout and the duplicate check see it, with gate and balance as the model resolved them
+    cfg = dict(meta['config'], gate=mc.gate, balance=mc.balance)
+    if isinstance(meta['seed'], bool) or not isinstance(meta['seed'], int):
+        raise UserError(f'{jpath}: seed must be an integer, got {meta["seed"]!r}')
+    n_total, n_active, fpt = (positive_number(meta, k, jpath) for k in ('params_total', 'params_active',
+                                                                         'flops_per_token'))
+    if n_active > n_total * (1 + 1e-9):
+        raise UserError(f'{jpath}: params_active ({n_active:g}) > params_total ({n_total:g})')
+    if meta['finished'] is not True:
+        warn(f'{jpath}: unfinished run, skipped')
+        return None
+    lpath = os.path.join(d, 'log.csv')
+    if not os.path.exists(lpath):
+        raise UserError(f'{lpath}: missing (the run says it finished)')
+    log = read_log(lpath)
+    last = {c: log[c][-1] for c in USED_COLUMNS}
+    check_final(meta, last, jpath, lpath)
+    if abs(last['flops'] - 3 * fpt * last['tokens']) > 0.01 * last['flops']:
+        warn(f'{lpath}: final flops {last["flops"]:.4g} != 3 * flops_per_token * tokens = '
+             f'{3 * fpt * last["tokens"]:.4g}')
+    routed = mc.model in ('mod', 'xmod')  # dense and MoE have no anchor stride or capacity
+    return dict(dir=d, name=d, config=cfg, meta=meta, model=mc.model, variant=variant(mc), n_layer=mc.n_layer,
+                n_embd=mc.n_embd, T=mc.block_size, stride=mc.anchor_stride() if routed else None,
+                capacity=float(mc.capacity) if routed else None, seed=meta['seed'], params_total=n_total,
+                params_active=n_active, rho=n_total / n_active, fpt=fpt, tokens=last['tokens'],
+                flops=last['flops'], step=last['step'], loss={m: float(last[m]) for m in METRICS}, log=log,
+                partner=None, heldout=False)
+
+
+def load_runs(patterns):
+    runs = [r for r in (load_run(d) for d in find_run_dirs(patterns)) if r is not None]
+    if not runs:
+        raise UserError(f'{" ".join(patterns)}: no finished runs')
+    seen = {}
+    for r in runs:
+        k = config_key(r['config']) + f'|seed={r["seed"]}'
+        if k in seen:
+            raise UserError(f'{os.path.join(r["dir"], "run.json")}: duplicate run, the same config and seed as '
+                            f'{os.path.join(seen[k], "run.json")}')
+        seen[k] = r['dir']
+    # short names for tables: the relative path, minus the prefix all runs share
+    prefix = os.path.commonpath([os.path.abspath(r['dir']) for r in runs]) if len(runs) > 1 else None
+    for r in runs:
+        r['name'] = os.path.relpath(os.path.abspath(r['dir']), prefix) if prefix else os.path.basename(
+            os.path.abspath(r['dir']))
+    return runs
+
+
+# -----------------------------------------------------------------------------
+# pairing and --holdout filters
+
+def pair_runs(runs):
+    """Give every sparse run its FLOP-matched dense partner (same n_embd, block_size, seed; tokens within 1%;
+    flops_per_token within 2%; the closest in flops_per_token). Skip, with a warning, the ones that have none."""
+    dense = [r for r in runs if r['model'] == 'dense']
+    sparse = [r for r in runs if r['model'] != 'dense']
+    for r in sparse:
+        cands = [d for d in dense if d['n_embd'] == r['n_embd'] and d['T'] == r['T'] and d['seed'] == r['seed']
+                 and abs(d['tokens'] - r['tokens']) <= TOKENS_TOL * max(d['tokens'], r['tokens'])
+                 and abs(r['fpt'] / d['fpt'] - 1) <= FPT_TOL]
+        if cands:
+            r['partner'] = min(cands, key=lambda d: (abs(math.log(r['fpt'] / d['fpt'])),
+                                                     abs(d['tokens'] - r['tokens']), d['name']))
+        else:
+            warn(f'{os.path.join(r["dir"], "run.json")}: no FLOP-matched dense partner (same n_embd, block_size, '
+                 f'seed; tokens within {TOKENS_TOL:.0%}; flops_per_token within {FPT_TOL:.0%}), left out of Delta')
+    if sparse and not any(r['partner'] for r in sparse):
+        raise UserError(f'{os.path.join(sparse[0]["dir"], "run.json")}: not one of the {len(sparse)} sparse runs '
+                        f'has a FLOP-matched dense partner; check tokens and flops_per_token')
+
+
+OPS = {'=': operator.eq, '==': operator.eq, '!=': operator.ne, '<': operator.lt, '<=': operator.le,
+       '>': operator.gt, '>=': operator.ge}
+# KEY OP VALUE; a word is taken as OP too, so that 'stride in 8' is told "bad operator" rather than "syntax error"
+CONDITION = re.compile(r"""(\w+)\s*([=!<>]+|\s\w+\b)\s*('[^']*'|"[^"]*"|[^\s'"=!<>]+)""")
+
+
+def parse_filter(text, keys, max_tokens_all):
+    """One --holdout value, conditions KEY OP VALUE joined by 'and' or ',' -> [(key, op, value)]."""
+    conditions = []
+    for part in re.split(r',|\sand\s', text):
+        m = CONDITION.fullmatch(part.strip())
+        if not m:
+            raise UserError(f'--holdout {text!r}: syntax error in {part.strip()!r}: expected KEY OP VALUE (OP one of '
+                            f'{" ".join(OPS)}), conditions joined by "and" or ","')
+        key, op, value = m[1], m[2].strip(), m[3]
+        if op not in OPS:
+            raise UserError(f'--holdout {text!r}: bad operator {op!r} (use one of {" ".join(OPS)})')
+        if key not in keys:
+            close = difflib.get_close_matches(key, keys, n=1)
+            raise UserError(f'--holdout {text!r}: unknown key {key!r}' + (f' (did you mean {close[0]!r}?)' if close
+                            else '') + '; keys: config keys, run.json numbers (params_total, seed, ...), rho, tokens')
+        if value[0] in '\'"':
+            value = value[1:-1]
+        elif value == 'max_tokens_all':
+            value = max_tokens_all
+        else:
+            try:
+                value = float(value)
+            except ValueError:
+                pass  # a bare string
+        conditions.append((key, OPS[op], value))
+    return conditions
+
+
+def mark_heldout(filters, runs):
+    """Set r['heldout']: a run is held out when it matches every condition of at least one of the --holdout filters."""
+    spaces = []
+    for r in runs:  # what a filter can ask of a run: config keys, top-level numeric run.json fields, rho, tokens
+        numbers = {k: v for k, v in r['meta'].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        spaces.append({**r['config'], **numbers, 'rho': r['rho'], 'tokens': r['tokens']})
+        r['heldout'] = False
+    keys, max_tokens_all = sorted(set().union(*spaces)), max(r['tokens'] for r in runs)
+    for text in filters or []:
+        conditions = parse_filter(text, keys, max_tokens_all)
+        try:
+            hits = [r for r, ns in zip(runs, spaces) if all(k in ns and op(ns[k], v) for k, op, v in conditions)]
+        except TypeError as e:  # an order between a string and a number
+            raise UserError(f'--holdout {text!r}: {e}')
+        for r in hits:
+            r['heldout'] = True
+        if not hits:
+            warn(f'--holdout {text!r} selects no run')
+
+
+def pair_heldout(r):
+    return r['heldout'] or (r['partner'] is not None and r['partner']['heldout'])
