@@ -7,6 +7,8 @@ harness.py: the machinery around a run that a reader of train.py does not need t
   - the run folder: run.json, log.csv (its first columns, LOG_COLUMNS, are a contract fit_law.py reads) and
     ckpt.pt, every write atomic; truncating the log on resume
   - every random generator's state, for an exact resume; the git commit; device picking
+  - train.py's input checks (check_config), the merge of a checkpoint's config with a resume's command line
+    (resume_config), and finding (or preparing) a dataset (find_data)
 """
 import builtins
 import contextlib
@@ -14,6 +16,7 @@ import csv
 import difflib
 import io
 import json
+import pickle
 import os
 import random
 import subprocess
@@ -25,6 +28,8 @@ from ast import literal_eval
 
 import numpy as np
 import torch
+
+import xmod
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -354,3 +359,81 @@ def pick_device(name, local_rank=None):
     if kind == 'cuda' and local_rank is not None:
         name = f'cuda:{local_rank}'        # DDP: one GPU per rank
     return name
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# train.py's checks, resume merge and dataset discovery
+
+DTYPES = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}
+# Keys that describe this invocation, not the run: a resume takes them from the command line (or their defaults),
+# and every other key from the checkpoint unless the command line sets it.
+SESSION_KEYS = ('out_dir', 'init_from', 'overwrite', 'stop_iter', 'log_interval', 'device', 'dtype', 'compile',
+                'backend')
+DTYPES = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}
+
+
+def check_config(cfg, world_size, explicit):
+    """Ranges and combinations that no later step would report clearly."""
+    def need(ok, msg):
+        if not ok:
+            raise UserError(msg)
+    need(cfg.init_from in ('scratch', 'resume', 'auto'),
+         f"--init_from={cfg.init_from!r}: expected scratch | resume | auto")
+    need(cfg.model in xmod.MODELS, f"--model={cfg.model!r}: expected {' | '.join(xmod.MODELS)}")
+    for k in ('batch_size', 'block_size', 'gradient_accumulation_steps', 'eval_interval', 'log_interval',
+              'dense_layers', 'n_head', 'n_embd', 'stride'):
+        need(getattr(cfg, k) >= 1, f"--{k}={getattr(cfg, k)}: expected an integer >= 1")
+    for k in ('n_layer', 'eval_tokens', 'eval_iters', 'stop_iter', 'expert_hidden', 'max_iters', 'max_tokens',
+              'max_flops', 'warmup_iters', 'min_lr', 'weight_decay', 'grad_clip', 'seed'):
+        need(getattr(cfg, k) >= 0, f"--{k}={getattr(cfg, k)}: expected a number >= 0")
+    need(cfg.max_iters > 0 or cfg.max_tokens > 0 or cfg.max_flops > 0,
+         "no budget: set one of --max_iters, --max_tokens or --max_flops to a number > 0")
+    need(cfg.learning_rate > 0, f"--learning_rate={cfg.learning_rate}: expected a number > 0")
+    need(0 <= cfg.beta1 < 1 and 0 <= cfg.beta2 < 1, "--beta1 and --beta2: expected numbers in [0, 1)")
+    need(cfg.dtype in ('',) + tuple(DTYPES), f"--dtype={cfg.dtype!r}: expected '' (auto) | {' | '.join(DTYPES)}")
+    need(cfg.gradient_accumulation_steps % world_size == 0,
+         f"--gradient_accumulation_steps={cfg.gradient_accumulation_steps} is not a multiple of the world size "
+         f"{world_size}: it counts micro-batches over all ranks, each rank runs an equal share")
+    need(not (cfg.model == 'mod' and 'stride' in explicit and cfg.stride != 2),
+         f"--stride={cfg.stride} does nothing for --model=mod: MoD alternates dense and routed layers (stride 2); "
+         f"for an anchor every {cfg.stride} layers use --model=xmod --stride={cfg.stride}")
+
+
+def resume_config(saved, cfg, explicit, defaults):
+    """The config of a resumed run: the checkpoint's, with this invocation's session keys and explicit overrides."""
+    merged = dict(defaults)
+    merged.update({k: v for k, v in saved.items() if k in defaults})
+    for k in set(SESSION_KEYS) | explicit:
+        merged[k] = getattr(cfg, k)
+    return types.SimpleNamespace(**merged)
+
+
+def find_data(cfg, ddp):
+    """(folder, meta) of the dataset; prepares the default one when it is missing."""
+    folder = cfg.data_dir or os.path.join(ROOT, 'data', cfg.dataset)
+    missing = [f for f in ('train.bin', 'val.bin', 'meta.pkl') if not os.path.isfile(os.path.join(folder, f))]
+    if missing and not cfg.data_dir and cfg.dataset == 'shakespeare' and not ddp:
+        print(f"{folder} is not prepared yet: preparing the char-level Shakespeare dataset now (once) ...")
+        from data.tokenizers import DataError
+        from data.shakespeare.prepare import prepare
+        try:
+            prepare('char')
+        except (DataError, OSError) as e:
+            raise UserError(f"could not prepare the default dataset: {one_line(e)}") from None
+        missing = []
+    if missing:
+        script = os.path.join('data', cfg.dataset, 'prepare.py')
+        if cfg.data_dir:
+            how = f"python data/shakespeare/prepare.py --input=FILE --out_dir={cfg.data_dir}"
+        elif os.path.isfile(os.path.join(ROOT, script)):
+            how = f"python {script}"
+        else:
+            how = f"write train.bin and val.bin (uint16 token ids) and meta.pkl into data/{cfg.dataset}/"
+        raise UserError(f"dataset not ready: {folder} has no {', '.join(missing)}; prepare it with: {how}")
+    try:
+        with open(os.path.join(folder, 'meta.pkl'), 'rb') as f:
+            meta = pickle.load(f)
+        meta['vocab_size']
+    except Exception as e:
+        raise UserError(f"cannot read {os.path.join(folder, 'meta.pkl')}: {type(e).__name__}: {one_line(e)}") from None
+    return folder, meta

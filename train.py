@@ -22,7 +22,6 @@ Exit codes: 0 done (or stopped by stop_iter); 2 bad input (one line on stderr, n
 import contextlib
 import math
 import os
-import pickle
 import random
 import sys
 import time
@@ -36,9 +35,10 @@ from tqdm import tqdm
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # xmod.py, harness.py and data/ live here
 import xmod
-from harness import (RUN_FILES, LossDiverged, UserError, append_log, clean_state_dict, configure, defaults_of,
-                     git_commit, load_checkpoint, never_checkpointed, one_line, pick_device, rng_state, run_main,
-                     save_checkpoint, set_rng_state, truncate_log, write_json)
+from harness import (DTYPES, RUN_FILES, LossDiverged, UserError, append_log, check_config, clean_state_dict,
+                     configure, defaults_of, find_data, git_commit, load_checkpoint, never_checkpointed, one_line,
+                     pick_device, resume_config, rng_state, run_main, save_checkpoint, set_rng_state, truncate_log,
+                     write_json)
 from xmod import GPT, GPTConfig
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -101,43 +101,10 @@ backend = ''                # DDP backend, '' = nccl on GPU, gloo on CPU
 seed = 1337                 # initial weights, data order and dropout
 # -----------------------------------------------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
-ROOT = os.path.dirname(os.path.abspath(__file__))
-# Keys that describe this invocation, not the run: a resume takes them from the command line (or their defaults),
-# and every other key from the checkpoint unless the command line sets it.
-SESSION_KEYS = ('out_dir', 'init_from', 'overwrite', 'stop_iter', 'log_interval', 'device', 'dtype', 'compile',
-                'backend')
-DTYPES = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}
 
 
 # -----------------------------------------------------------------------------------------------------------------
 # the config: checks, the model's shape, resume
-
-def check_config(cfg, world_size, explicit):
-    """Ranges and combinations that no later step would report clearly."""
-    def need(ok, msg):
-        if not ok:
-            raise UserError(msg)
-    need(cfg.init_from in ('scratch', 'resume', 'auto'),
-         f"--init_from={cfg.init_from!r}: expected scratch | resume | auto")
-    need(cfg.model in xmod.MODELS, f"--model={cfg.model!r}: expected {' | '.join(xmod.MODELS)}")
-    for k in ('batch_size', 'block_size', 'gradient_accumulation_steps', 'eval_interval', 'log_interval',
-              'dense_layers', 'n_head', 'n_embd', 'stride'):
-        need(getattr(cfg, k) >= 1, f"--{k}={getattr(cfg, k)}: expected an integer >= 1")
-    for k in ('n_layer', 'eval_tokens', 'eval_iters', 'stop_iter', 'expert_hidden', 'max_iters', 'max_tokens',
-              'max_flops', 'warmup_iters', 'min_lr', 'weight_decay', 'grad_clip', 'seed'):
-        need(getattr(cfg, k) >= 0, f"--{k}={getattr(cfg, k)}: expected a number >= 0")
-    need(cfg.max_iters > 0 or cfg.max_tokens > 0 or cfg.max_flops > 0,
-         "no budget: set one of --max_iters, --max_tokens or --max_flops to a number > 0")
-    need(cfg.learning_rate > 0, f"--learning_rate={cfg.learning_rate}: expected a number > 0")
-    need(0 <= cfg.beta1 < 1 and 0 <= cfg.beta2 < 1, "--beta1 and --beta2: expected numbers in [0, 1)")
-    need(cfg.dtype in ('',) + tuple(DTYPES), f"--dtype={cfg.dtype!r}: expected '' (auto) | {' | '.join(DTYPES)}")
-    need(cfg.gradient_accumulation_steps % world_size == 0,
-         f"--gradient_accumulation_steps={cfg.gradient_accumulation_steps} is not a multiple of the world size "
-         f"{world_size}: it counts micro-batches over all ranks, each rank runs an equal share")
-    need(not (cfg.model == 'mod' and 'stride' in explicit and cfg.stride != 2),
-         f"--stride={cfg.stride} does nothing for --model=mod: MoD alternates dense and routed layers (stride 2); "
-         f"for an anchor every {cfg.stride} layers use --model=xmod --stride={cfg.stride}")
-
 
 def model_config(cfg, vocab_size):
     """The run's GPTConfig from the train config: dense/moe at n_layer (0 = dense_layers); mod/xmod FLOP-matched to
@@ -171,48 +138,8 @@ def model_config(cfg, vocab_size):
     return mcfg
 
 
-def resume_config(saved, cfg, explicit):
-    """The config of a resumed run: the checkpoint's, with this invocation's session keys and explicit overrides."""
-    merged = dict(DEFAULTS)
-    merged.update({k: v for k, v in saved.items() if k in DEFAULTS})
-    for k in set(SESSION_KEYS) | explicit:
-        merged[k] = getattr(cfg, k)
-    return types.SimpleNamespace(**merged)
-
-
 # -----------------------------------------------------------------------------------------------------------------
 # data: batches are a pure function of (seed, step), the validation set is fixed
-
-def find_data(cfg, ddp):
-    """(folder, meta) of the dataset; prepares the default one when it is missing."""
-    folder = cfg.data_dir or os.path.join(ROOT, 'data', cfg.dataset)
-    missing = [f for f in ('train.bin', 'val.bin', 'meta.pkl') if not os.path.isfile(os.path.join(folder, f))]
-    if missing and not cfg.data_dir and cfg.dataset == 'shakespeare' and not ddp:
-        print(f"{folder} is not prepared yet: preparing the char-level Shakespeare dataset now (once) ...")
-        from data.tokenizers import DataError
-        from data.shakespeare.prepare import prepare
-        try:
-            prepare('char')
-        except (DataError, OSError) as e:
-            raise UserError(f"could not prepare the default dataset: {one_line(e)}") from None
-        missing = []
-    if missing:
-        script = os.path.join('data', cfg.dataset, 'prepare.py')
-        if cfg.data_dir:
-            how = f"python data/shakespeare/prepare.py --input=FILE --out_dir={cfg.data_dir}"
-        elif os.path.isfile(os.path.join(ROOT, script)):
-            how = f"python {script}"
-        else:
-            how = f"write train.bin and val.bin (uint16 token ids) and meta.pkl into data/{cfg.dataset}/"
-        raise UserError(f"dataset not ready: {folder} has no {', '.join(missing)}; prepare it with: {how}")
-    try:
-        with open(os.path.join(folder, 'meta.pkl'), 'rb') as f:
-            meta = pickle.load(f)
-        meta['vocab_size']
-    except Exception as e:
-        raise UserError(f"cannot read {os.path.join(folder, 'meta.pkl')}: {type(e).__name__}: {one_line(e)}") from None
-    return folder, meta
-
 
 def open_split(folder, split):
     # a fresh memmap per use, as nanoGPT does: a long-lived one keeps pages resident and grows memory
@@ -330,7 +257,7 @@ def setup_run(argv):
     checkpoint = None
     if resume:
         checkpoint = load_checkpoint(ckpt_path)
-        cfg = resume_config(checkpoint['config'], cfg, explicit)
+        cfg = resume_config(checkpoint['config'], cfg, explicit, DEFAULTS)
         check_config(cfg, world_size, explicit)          # again: a resumed config comes from the checkpoint
     else:
         held = [f for f in RUN_FILES if os.path.exists(os.path.join(cfg.out_dir, f))]

@@ -465,12 +465,14 @@ class GPT(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.config = config
-        layer = {'dense': lambda l: Block(config), 'routed': lambda l: RoutedBlock(config, l),
-                 'moe': lambda l: MoEBlock(config)}
+        layers = []
+        for l, kind in enumerate(layer_kinds(config)):
+            layers.append(RoutedBlock(config, l) if kind == 'routed' else MoEBlock(config) if kind == 'moe' else
+                          Block(config))
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
             drop=nn.Dropout(config.dropout),
-            h=nn.ModuleList([layer[kind](l) for l, kind in enumerate(layer_kinds(config))]),
+            h=nn.ModuleList(layers),
             ln_f=nn.RMSNorm(config.n_embd),
         ))
         # Tied input/output embedding (as GPT-2 and nanoGPT): at GPT-2's vocabulary it is most of a small model's
@@ -511,7 +513,8 @@ class GPT(nn.Module):
             layers.append(aux)
         x = self.transformer.ln_f(x)
         if targets is None:
-            return self.lm_head(x[:, [-1], :]), None                  # (B, 1, V): generation needs only this
+            logits = self.lm_head(x[:, [-1], :])                      # (B, 1, V): generation needs only this
+            return (logits, None, {'losses': {}, 'layers': layers}) if return_aux else (logits, None)
         logits = self.lm_head(x)                                      # (B, T, V)
         # flatten (B, T) together: one target per position of every sequence
         lm = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
@@ -524,6 +527,7 @@ class GPT(nn.Module):
         return logits, loss
 
     def loss_weights(self):
+        """Each auxiliary loss's coefficient in the training loss (the LM loss has weight 1)."""
         c = self.config
         return {'router_bce': c.router_aux, 'depth_balance': c.balance, 'moe_balance': c.moe_aux,
                 'moe_zloss': c.moe_zloss}

@@ -360,11 +360,11 @@ def test_default_dataset_is_prepared_when_missing(corpus, tmp_path, monkeypatch,
     import shutil
     from data.shakespeare import prepare as shk
     from data.tokenizers import DataError
-    monkeypatch.setattr(train, 'ROOT', str(tmp_path))
+    monkeypatch.setattr(harness, 'ROOT', str(tmp_path))
     folder = tmp_path / 'data' / 'shakespeare'
     monkeypatch.setattr(shk, 'prepare', lambda *a, **k: shutil.copytree(corpus, folder))
     cfg, _ = harness.configure([], train.DEFAULTS)
-    assert train.find_data(cfg, ddp=False)[0] == str(folder)
+    assert harness.find_data(cfg, ddp=False)[0] == str(folder)
     assert 'preparing' in capsys.readouterr().out and (folder / 'val.bin').exists()
     shutil.rmtree(folder)
 
