@@ -316,11 +316,11 @@ def truncate_log(path, last_step):
 
 
 def append_log(path, row):
-    """Append one row; the header is written by the first row (LOG_COLUMNS, then the statistics in the model's
-    order), and later rows follow the file's own header."""
+    """Append one row; the header is written by the first row (LOG_COLUMNS, then the row's other keys, the
+    statistics, in the model's order), and later rows follow the file's own header."""
     header, _ = read_log(path)
     new = header is None
-    header = header or list(row)
+    header = header or list(LOG_COLUMNS) + [k for k in row if k not in LOG_COLUMNS]
     with open(path, 'a', newline='') as f:
         w = csv.writer(f, lineterminator='\n')
         if new:
