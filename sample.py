@@ -5,6 +5,7 @@ position after the one being predicted), decoded with the run's own tokenizer (s
     python sample.py --out_dir=out
     python sample.py --out_dir=out --start="ROMEO:" --num_samples=2 --max_new_tokens=300
     python sample.py --out_dir=out --start=FILE:prompt.txt --temperature=0.7 --top_k=50
+    python sample.py --out_dir=out --show_routing=True     # also out/routing.png: which routed layers took each token
 
 Overrides are --key=value (or a config file), type-checked as in train.py. Exit code 2 on bad input (a missing or
 unreadable checkpoint, a prompt the tokenizer cannot encode), with a one-line message.
@@ -17,7 +18,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import UserError, clean_state_dict, configure, defaults_of, load_checkpoint, one_line, pick_device, run_main
-from xmod import GPT, GPTConfig
+from xmod import GPT, GPTConfig, layer_kinds, layout_string
 
 # -----------------------------------------------------------------------------------------------------------------
 out_dir = 'out'             # the run folder holding ckpt.pt
@@ -29,6 +30,7 @@ top_k = 200                 # keep only the top_k most likely tokens (0 = all)
 seed = 1337                 # the sampling draws
 device = ''                 # '' = auto: cuda, then mps, then cpu
 dtype = ''                  # '' = bfloat16 on CUDA, float32 elsewhere
+show_routing = False        # also write out_dir/routing.png: each token of the first sample by its routed depth
 # -----------------------------------------------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
 
@@ -45,6 +47,9 @@ def sample(argv):
     except (TypeError, ValueError, RuntimeError) as e:
         raise UserError(f"{cfg.out_dir}/ckpt.pt: cannot rebuild the model: {one_line(e)}") from None
     model.eval().to(dev)                  # eval: the causal thresholds stay frozen, dropout off
+    if cfg.show_routing and 'routed' not in layer_kinds(model.config):
+        raise UserError(f"--show_routing: this {model.config.model} model ({layout_string(model.config)}) has no "
+                        f"routed layer to draw")
 
     from data.tokenizers import DataError, from_meta
     meta = ckpt['meta']
@@ -71,13 +76,30 @@ def sample(argv):
                                                                    dtype=getattr(torch, dtype))
     torch.manual_seed(cfg.seed)
     x = torch.tensor(ids, dtype=torch.long, device=dev)[None, :]
+    first = ids                           # the text the routing picture shows: the first sample, else the prompt
     with torch.no_grad(), ctx:
-        for _ in range(cfg.num_samples):
+        for n in range(cfg.num_samples):
             y = model.generate(x, cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k or None)
             # a padded vocabulary (gpt2: 50304) has ids the tokenizer lacks; an untrained id is never worth printing
-            print(decode([i for i in y[0].tolist() if i < meta['vocab_size']]))
+            text_ids = [i for i in y[0].tolist() if i < meta['vocab_size']]
+            first = text_ids if n == 0 else first
+            print(decode(text_ids))
             print('---------------')
+        if cfg.show_routing:
+            show_routing(model, first, decode, cfg.out_dir)
     return 0
+
+
+def show_routing(model, ids, decode, out_dir):
+    """out_dir/routing.png of the first block_size tokens of ids (routing_plot.py), and its depth statistics."""
+    from routing_plot import describe, draw_routing, routed_depth, routing_title
+    routing = routed_depth(model, ids)
+    pieces = [decode([i]) for i in routing['ids']]       # each token's own text
+    title = routing_title(os.path.join(out_dir, 'ckpt.pt'), len(routing['ids']), len(ids), model.config.block_size,
+                          model.config.capacity, routing['depth'])
+    path = draw_routing(os.path.join(out_dir, 'routing.png'), routing, pieces, title)
+    print(describe(routing, model.config.capacity))
+    print(f"wrote {path}")
 
 
 def main(argv=None):
