@@ -13,8 +13,6 @@ numbers against an independent forward. Only block_size tokens fit one forward: 
 import numpy as np
 import torch
 
-from xmod import capacity_k
-
 
 @torch.no_grad()
 def routed_depth(model, ids):
@@ -37,10 +35,9 @@ def describe(routing, capacity):
     """A few lines about the drawn depth: its spread against c*R (what balancing aims at) and each layer's rate."""
     depth, mask, layers = routing['depth'], routing['mask'], routing['layers']
     R, T = mask.shape
-    target = R * capacity_k(capacity, T) / T if T else 0.0
     counts = np.bincount(depth, minlength=R + 1)
     return '\n'.join([
-        f"routed depth over {T} tokens ({R} routed layers): mean {depth.mean():.2f} (c*R = {target:.2f}), "
+        f"routed depth over {T} tokens ({R} routed layers): mean {depth.mean():.2f} (c*R = {capacity * R:.2f}), "
         f"std {depth.std():.2f}, max {depth.max()}",
         'tokens at depth ' + ', '.join(f"{d}: {n}" for d, n in enumerate(counts) if n),
         'rate per layer ' + ', '.join(f"{l}: {r:.2f}" for l, r in zip(layers, mask.mean(1))),
