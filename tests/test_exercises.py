@@ -1,0 +1,273 @@
+"""Tests of tutorial/exercises.py, the classroom exercises and their autograder. Every grader runs three ways: on the
+repository's own code (it must pass), on the blank that `start` writes (it must fail, saying the exercise is not done
+yet), and on typical mistakes written here as mutated copies of the function (it must fail with a hint naming the
+mistake). Then the command line: list, start, check's exit codes, check --all, bad input."""
+import ast
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, 'tutorial'))
+import exercises  # noqa: E402
+
+SCRIPT = os.path.join(ROOT, 'tutorial', 'exercises.py')
+ENV = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')
+
+
+def read(path):
+    with open(path, encoding='utf-8') as f:
+        return f.read()
+
+
+def reference_body(name):
+    """The repository's body of the exercise's function, after its docstring."""
+    ex = exercises.EXERCISES[name]
+    source = read(os.path.join(ROOT, ex.file))
+    lines = source.splitlines(keepends=True)
+    start, end, _ = exercises.body_span(lines, exercises.find_def(ast.parse(source), ex.qualname))
+    return ''.join(lines[start:end])
+
+
+def write_copy(workdir, name, body):
+    """workdir/FILE: the repository's file with the exercise's function body replaced by `body`."""
+    ex = exercises.EXERCISES[name]
+    source = exercises.replace_body(read(os.path.join(ROOT, ex.file)), ex.qualname, body)
+    with open(os.path.join(workdir, ex.file), 'w', encoding='utf-8') as f:
+        f.write(source)
+
+
+def failures(name, workdir):
+    return [hint for _, hint in exercises.grade(name, str(workdir)) if hint is not None]
+
+
+def cli(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, cwd=cwd, env=ENV,
+                          timeout=300)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# every grader: the reference passes, the blank fails, typical mistakes are named
+
+@pytest.mark.parametrize('name', list(exercises.EXERCISES))
+def test_reference_passes(name, tmp_path):
+    assert failures(name, tmp_path) == []            # an empty workdir: the repository's files
+
+
+@pytest.mark.parametrize('name', list(exercises.EXERCISES))
+def test_blank_fails_saying_not_done(name, tmp_path):
+    assert exercises.start(name, str(tmp_path)) == 0
+    results = exercises.grade(name, str(tmp_path))
+    assert results and all(hint is not None and 'not done yet' in hint for _, hint in results), results
+
+
+def tweak(name, old, new):
+    """The reference body with one line changed (the line must be there: xmod.py or fit_law.py moved otherwise)."""
+    body = reference_body(name)
+    assert old in body, (name, old)
+    return body.replace(old, new)
+
+
+MISTAKES = [
+    ('capacity_k', 'return int(capacity * T)', 'rounded down'),
+    ('capacity_k', 'return max(1, round(capacity * T))', 'half to even'),
+    ('route_topk', """
+        B = scores.size(0)
+        cut, _ = topk_cut(scores.flatten(), B * k)                    # the B*k highest of the whole batch
+        mask = scores > cut
+        idx = torch.topk(scores.masked_fill(~mask, float('-inf')), k, dim=1).indices.sort(dim=1).values
+        return idx, mask, cut.expand(B)
+        """, 'whole batch'),
+    ('route_topk', """
+        cut, order = topk_cut(scores, k)
+        mask = torch.zeros_like(scores, dtype=torch.bool).scatter(1, order, True)
+        return order, mask, cut
+        """, 'sort it by position'),
+    ('apply_rope', """
+        cos, sin = rope_tables(x.size(-1), x.size(2))                  # positions 0..T-1 of the subsequence
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+        """, 'renumbered'),
+    ('forward_naive', None, 'residual is added twice'),
+    ('forward_naive', None, 'renumbered'),
+    ('forward_fast', """
+        C = x.size(-1)
+        gidx = idx.unsqueeze(-1).expand(-1, -1, C)
+        xs = torch.gather(x, 1, gidx)
+        out, _ = self.block(xs, idx)                                   # the block's output x + f, not its update f
+        ws = torch.gather(w, 1, idx).unsqueeze(-1)
+        return torch.scatter_add(x, 1, gidx, ws * out)
+        """, 'residual is added twice'),
+    ('forward_fast', None, 'renumbered'),
+    ('router_score', 'return F.linear(x, self.weight).squeeze(-1)', 'raw scores'),
+    ('router_score', """
+        xn = (x - x.mean(1, keepdim=True)) / x.std(1, keepdim=True)    # normalised over the sequence
+        return F.linear(xn, self.weight / self.weight.norm()).squeeze(-1)
+        """, 'leaks the future'),
+    ('router_gate', 'return torch.sigmoid(r) if self.variance else r', 'gain g_l is missing'),
+    ('update_threshold', """
+        self.thr_sum.mul_(self.momentum)                               # a fixed threshold at 0: sigmoid(r) > 0.5
+        self.thr_steps.add_(1)
+        """, 'fixed threshold'),
+    ('update_threshold', """
+        cut, _ = topk_cut(r.detach(), k)                               # each sequence's own cut, averaged
+        self.thr_sum.mul_(self.momentum).add_((1 - self.momentum) * cut.mean())
+        self.thr_steps.add_(1)
+        """, "each sequence's cut averaged"),
+    ('depth_balance_loss', 'return ((torch.sigmoid(p).sum(0) - target) ** 2).mean() / p.size(0)', 'sigmoid'),
+    ('depth_balance_loss', 'return ((p.sum(0) - target) ** 2).mean()', 'not divided by r'),
+    ('moe_forward_fast', None, 'capacity ignored'),
+    ('moe_forward_fast', None, 'priority order'),
+    ('flops_per_token', None, 'counted as dense'),
+    ('match_flops', None, 'first depth'),
+    ('dense_log_pred_torch', """
+        a, alpha, b, beta, e = theta
+        return torch.log(torch.exp(a - alpha * logN) + torch.exp(b - beta * logD) + torch.exp(e))
+        """, 'overflow'),
+    ('dense_objective', """
+        r = dense_log_pred_torch(theta, logN, logD)
+        return (w * 0.5 * (r - logL) ** 2).sum()
+        """, 'squared loss'),
+    ('dense_objective', """
+        r = dense_log_pred_torch(theta, logN, logD)
+        return (w * torch.nn.functional.huber_loss(r.exp(), logL.exp(), reduction='none', delta=HUBER_DELTA)).sum()
+        """, 'instead of log l'),
+    ('wls', """
+        sw = np.sqrt(np.ones(len(y)) if w is None else w)
+        X1 = np.column_stack([np.ones(len(y)), X])                     # with an intercept
+        return np.linalg.lstsq(X1 * sw[:, None], y * sw, rcond=None)[0][1:]
+        """, 'intercept'),
+]
+
+
+def mistaken_body(name, body, keyword):
+    """The mistakes that are one changed line of a long reference body."""
+    if body is not None:
+        return body
+    if name in ('forward_naive', 'forward_fast') and keyword == 'renumbered':
+        old = 'self.block.delta(xs, pos)' if name == 'forward_naive' else 'self.block.delta(xs, idx)'
+        new = 'self.block.delta(xs, torch.arange(xs.size(1)))'         # positions 0..k-1 after the gather
+        return tweak(name, old, new)
+    if name == 'forward_naive':
+        return tweak(name, 'x[b, pos] + w[b, pos].unsqueeze(-1) * f[0]',
+                     'x[b, pos] + w[b, pos].unsqueeze(-1) * (x[b, pos] + f[0])')
+    if name == 'moe_forward_fast' and keyword == 'capacity ignored':
+        return 'cap = xf.size(0)    # every assignment gets a slot\n' + textwrap.dedent(reference_body(name))
+    if name == 'moe_forward_fast':
+        body = tweak(name, 'expert = tope.t().reshape(-1)', 'expert = tope.reshape(-1)')      # token by token
+        body = body.replace('torch.arange(N, device=xf.device).repeat(K)',
+                            'torch.arange(N, device=xf.device).repeat_interleave(K)')
+        return body.replace('weight = weights.t().reshape(-1)', 'weight = weights.reshape(-1)')
+    if name == 'flops_per_token':
+        return tweak(name, "if kind == 'dense':", "if kind in ('dense', 'routed'):")
+    if name == 'match_flops':
+        return tweak(name, 'cands.sort(key=lambda cfg: (abs(math.log(cfg.capacity / capacity)), cfg.n_layer))',
+                     'cands.sort(key=lambda cfg: cfg.n_layer)')
+    raise AssertionError(f'no mutation for {name} {keyword}')
+
+
+@pytest.mark.parametrize('name,body,keyword', MISTAKES, ids=[f'{n}-{k}' for n, _, k in MISTAKES])
+def test_typical_mistake_is_named(name, body, keyword, tmp_path):
+    write_copy(tmp_path, name, mistaken_body(name, body, keyword))
+    hints = failures(name, tmp_path)
+    assert any(keyword in h.lower() for h in hints), hints
+    assert not any('not done yet' in h for h in hints)
+
+
+def test_every_exercise_has_a_named_mistake():
+    assert {n for n, _, _ in MISTAKES} == set(exercises.EXERCISES)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# start: the blank, a second exercise in the same copy, a started one left alone
+
+def test_start_blanks_the_body_and_keeps_the_rest_identical(tmp_path, capsys):
+    assert exercises.start('route_topk', str(tmp_path)) == 0
+    assert 'wrote' in capsys.readouterr().out
+    ref = read(os.path.join(ROOT, 'xmod.py'))
+    copy = read(tmp_path / 'xmod.py')
+    ref_node = next(n for n in ast.parse(ref).body if getattr(n, 'name', '') == 'route_topk')
+    node = next(n for n in ast.parse(copy).body if getattr(n, 'name', '') == 'route_topk')
+    start, end = ref_node.body[0].end_lineno, ref_node.end_lineno        # the body after the docstring
+    ref_lines, lines = ref.splitlines(), copy.splitlines()
+    tail = len(ref_lines) - end
+    assert lines[:start] == ref_lines[:start] and lines[len(lines) - tail:] == ref_lines[end:]
+    assert ast.get_docstring(node) == ast.get_docstring(ref_node)
+    assert len(node.body) == 2 and isinstance(node.body[1], ast.Raise)
+    assert 'NotImplementedError' in ast.unparse(node.body[1]) and '# Exercise route_topk:' in copy
+
+
+def test_a_second_exercise_blanks_in_the_existing_copy(tmp_path, capsys):
+    exercises.start('route_topk', str(tmp_path))
+    path = tmp_path / 'xmod.py'
+    with open(path, 'a') as f:
+        f.write('# my notes\n')                                          # the student's other work
+    exercises.start('apply_rope', str(tmp_path))
+    out = capsys.readouterr().out
+    assert 'already exists' in out
+    copy = read(path)
+    assert copy.endswith('# my notes\n')
+    assert "exercise route_topk: not written yet" in copy and "exercise apply_rope: not written yet" in copy
+    # a function the student has begun is left alone, and so is a blank
+    with open(path, 'w') as f:
+        f.write(exercises.replace_body(copy, 'route_topk', 'return None  # half done'))
+    before = read(path)
+    exercises.start('route_topk', str(tmp_path))
+    assert 'differs' in capsys.readouterr().out and read(path) == before
+    exercises.start('apply_rope', str(tmp_path))
+    assert 'is blank in it' in capsys.readouterr().out and read(path) == before
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the command line
+
+def test_list_names_every_exercise_first():
+    r = cli('list')
+    assert r.returncode == 0, r.stderr
+    assert [line.split()[0] for line in r.stdout.splitlines()] == list(exercises.EXERCISES)
+    assert 'forward_fast  ' in r.stdout and 'xmod.py RoutedBlock.forward_fast: ' in r.stdout
+
+
+def test_start_check_fails_on_the_blank_and_passes_with_the_reference(tmp_path):
+    r = cli('start', 'route_topk', '--workdir', str(tmp_path))
+    assert r.returncode == 0 and (tmp_path / 'xmod.py').exists(), r.stderr
+    r = cli('check', 'route_topk', '--workdir', str(tmp_path))
+    assert r.returncode == 1 and 'not done yet' in r.stdout and '  fail  ' in r.stdout, r.stdout + r.stderr
+    write_copy(tmp_path, 'route_topk', reference_body('route_topk'))     # the student pastes the solution
+    r = cli('check', 'route_topk', '--workdir', str(tmp_path))
+    assert r.returncode == 0 and '  fail  ' not in r.stdout and '  pass  ' in r.stdout, r.stdout + r.stderr
+
+
+def test_check_all_on_an_empty_workdir_passes(tmp_path):
+    r = cli('check', '--all', '--workdir', str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f'all {len(exercises.EXERCISES)} exercises pass' in r.stdout
+
+
+def test_check_all_fails_on_one_blank_and_says_which(tmp_path, capsys):
+    exercises.start('wls', str(tmp_path))
+    assert exercises.main(['check', '--all', '--workdir', str(tmp_path)]) == 1
+    assert '1 of 15 exercises fail: wls' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize('args,says', [
+    (['check', 'route_top'], 'did you mean route_topk?'),
+    (['start', 'forward_fst'], 'did you mean forward_fast?'),
+    (['check', 'route_topk', '--workdir', 'no/such/dir'], 'does not exist'),
+    (['check'], 'NAME or --all'),
+    (['check', 'wls', '--all'], 'NAME or --all'),
+    (['lst'], 'invalid choice'),
+])
+def test_bad_input_exits_2_with_one_line(args, says, capsys):
+    assert exercises.run_main('exercises.py', exercises.main, args) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count('\n') == 1 and says in captured.err, captured.err
+
+
+def test_help():
+    with pytest.raises(SystemExit) as e:
+        exercises.main(['--help'])
+    assert e.value.code == 0
