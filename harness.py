@@ -364,7 +364,6 @@ def pick_device(name, local_rank=None):
 # ----------------------------------------------------------------------------------------------------------------------
 # train.py's checks, resume merge and dataset discovery
 
-DTYPES = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}
 # Keys that describe this invocation, not the run: a resume takes them from the command line (or their defaults),
 # and every other key from the checkpoint unless the command line sets it.
 SESSION_KEYS = ('out_dir', 'init_from', 'overwrite', 'stop_iter', 'log_interval', 'device', 'dtype', 'compile',
