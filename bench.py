@@ -33,16 +33,18 @@ compile = False       # add torch.compile(fullgraph=True) of the fast path
 DEFAULTS = defaults_of(globals())
 
 
-def step_time(model, x, y, n, device):
+def step_time(model, raw, x, y, n, device):
+    """Seconds per training step of `model` (raw: the GPT itself, when model is its compiled wrapper)."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     for i in range(n + 2):
         if i == 2:
             if device == 'cuda':
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-        _, loss = model(x, y)
+        _, loss, aux = model(x, y, return_aux=True)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        raw.calibrate([aux['layers']])                 # part of a training step: the causal thresholds
         opt.step()
     if device == 'cuda':
         torch.cuda.synchronize()
@@ -75,8 +77,8 @@ def bench(argv):
     y = torch.randint(0, 84, (batch_size, block_size), generator=g).to(device)
     times = {i: [] for i in range(len(rows))}
     for _ in range(rounds):
-        for i, (_, _, _, _, fwd) in enumerate(rows):
-            times[i].append(step_time(fwd, x, y, steps, device))
+        for i, (_, _, _, m, fwd) in enumerate(rows):
+            times[i].append(step_time(fwd, m, x, y, steps, device))
     tok = batch_size * block_size
     base = sorted(times[0])[rounds // 2]
     print(f"device {device}, {torch.get_num_threads()} threads, batch {batch_size} x {block_size}, n_embd {opt.n_embd}; "

@@ -303,15 +303,12 @@ class RoutedBlock(nn.Module):
         r = self.router(x)                                                  # (B, T)
         w = self.router.gate(r)                                             # (B, T)
         if routing == 'topk':
-            k = capacity_k(self.capacity, T)
-            idx, mask, cut = route_topk(r, k)
-            if self.training:
-                self.router.update_threshold(r, k)
+            idx, mask, cut = route_topk(r, capacity_k(self.capacity, T))
             # The router learns to predict its own top-k choice from the token alone (for causal routing).
             # Targets: this sequence's own top-k mask (B, T), detached; never another sequence's.
             centred = r - cut.unsqueeze(1)                                  # (B, T); > 0 exactly where selected
             aux = {'router_bce': F.binary_cross_entropy_with_logits(centred, mask.float()),
-                   'soft': torch.sigmoid(centred)}
+                   'soft': torch.sigmoid(centred), 'cut': cut}
         else:
             idx, mask = None, r > self.router.threshold()                   # causal: token i's own score only
             aux = {}
@@ -548,25 +545,53 @@ class GPT(nn.Module):
         return losses
 
     @torch.no_grad()
+    def calibrate(self, steps_layers):
+        """Update every routed layer's causal threshold once per optimizer step, from the router scores of the whole
+        global batch. steps_layers: aux['layers'] of each micro-batch of the step (forward(..., return_aux=True) in
+        training). Under DDP every rank's scores are gathered, so each rank gets the threshold one process with
+        the whole batch would get. (An update at every forward would track micro-batches, and under DDP rank 0's.)"""
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        for l, kind in enumerate(layer_kinds(self.config)):
+            if kind != 'routed':
+                continue
+            r = torch.cat([layers[l]['scores'].detach() for layers in steps_layers])   # (this rank's rows, T)
+            if distributed:
+                parts = [torch.empty_like(r) for _ in range(torch.distributed.get_world_size())]
+                torch.distributed.all_gather(parts, r)
+                r = torch.cat(parts)                                                    # (global rows, T)
+            self.transformer.h[l].router.update_threshold(r, capacity_k(self.config.capacity, r.size(1)))
+
+    @torch.no_grad()
     def routing_stats(self, layers, routing):
         """What the log records about routing, from one forward's `layers` (forward(..., return_aux=True)), as
-        0-dim tensors (no host sync). Top-k mode: each routed layer's router accuracy (does its causal threshold
-        pick what top-k picks?) and gate, the spread of the tokens' routed depth (what balancing flattens), each
-        MoE layer's busiest expert (1 = uniform) and the dropped fraction. Causal mode (every name prefixed
-        causal_): each routed layer's rate of taken tokens (against capacity c), the realised depth, the MoE's
+        0-dim tensors (no host sync). Top-k mode, per routed layer l: router_acc_l (does the causal threshold pick
+        what top-k picks?), gate_l, jaccard_l (overlap of its selection with the previous routed layer's, per
+        sequence), margin_l (the sequence's top-k cut minus the causal threshold, in units of the scores' std:
+        where the threshold sits against the scores), score_std_l; and the spread of the tokens' routed depth
+        (depth_std), the fraction of tokens no routed layer takes (untouched_frac), each MoE layer's busiest
+        expert (1 = uniform) and the dropped fraction. Causal mode (every name prefixed causal_): each routed
+        layer's rate of taken tokens (against capacity c), the realised depth and untouched fraction, the MoE's
         busiest expert."""
-        stats, depth, drops = {}, 0, []
+        stats, depth, drops, prev = {}, 0, [], None
         prefix = '' if routing == 'topk' else 'causal_'
         for l, (layer, a) in enumerate(zip(self.transformer.h, layers)):
             if 'mask' in a:                                            # a routed layer
                 r, mask = a['scores'], a['mask']
                 depth = depth + mask.float()                           # (B, T) realised routed depth
                 if routing == 'topk':
-                    stats[f'router_acc_{l}'] = ((r > layer.router.threshold()) == mask).float().mean()
+                    thr = layer.router.threshold()
+                    std = r.std(dim=1, unbiased=False).clamp_min(1e-12)   # (B,)
+                    stats[f'router_acc_{l}'] = ((r > thr) == mask).float().mean()
                     stats[f'gate_{l}'] = (layer.router.gain if self.config.gate == 'variance' else
                                           (layer.router.gate(r) * mask).sum() / mask.sum().clamp_min(1))
+                    if prev is not None:
+                        both, either = (mask & prev).sum(1).float(), (mask | prev).sum(1).float()
+                        stats[f'jaccard_{l}'] = (both / either.clamp_min(1)).mean()
+                    stats[f'margin_{l}'] = ((a['cut'] - thr) / std).mean()
+                    stats[f'score_std_{l}'] = std.mean()
                 else:
                     stats[f'causal_rate_{l}'] = mask.float().mean()
+                prev = mask
             elif 'load' in a:                                          # an MoE layer
                 stats[f'{prefix}moe_load_max_{l}'] = a['load'].max() * len(a['load'])
                 drops.append(a['drop_frac'])
@@ -574,6 +599,7 @@ class GPT(nn.Module):
             if routing == 'causal':
                 stats['causal_depth_mean'] = depth.mean()
             stats[prefix + 'depth_std'] = depth.std(unbiased=False)
+            stats[prefix + 'untouched_frac'] = (depth == 0).float().mean()
         if drops and routing == 'topk':                                # causal routing drops nothing
             stats['moe_drop_frac'] = torch.stack(drops).mean()
         return stats
