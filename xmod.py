@@ -131,6 +131,25 @@ def apply_rope(x, cos, sin):
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
+class KVCache:
+    """Keys and values of the tokens one attention layer has taken so far, per sequence, for generation. A dense
+    layer takes every token; a routed layer only those that passed its threshold, so each sequence has its own
+    length. k, v (B, nh, L, hs) after RoPE; pos (B, L) each cached token's position; length (B,)."""
+
+    def __init__(self, B, n_head, head_size, L, device, dtype):
+        self.k = torch.zeros(B, n_head, L, head_size, device=device, dtype=dtype)
+        self.v = torch.zeros_like(self.k)
+        self.pos = torch.full((B, L), -1, dtype=torch.long, device=device)
+        self.length = torch.zeros(B, dtype=torch.long, device=device)
+
+    def append(self, rows, pos, k, v):
+        """rows (n,) the sequences taking a token at positions pos (n,); k, v (n, nh, 1, hs)."""
+        at = self.length[rows]                                          # (n,) the next free slot of each row
+        self.k[rows, :, at], self.v[rows, :, at] = k[:, :, 0], v[:, :, 0]
+        self.pos[rows, at] = pos
+        self.length[rows] += 1
+
+
 class Attention(nn.Module):
 
     def __init__(self, config):
@@ -158,6 +177,22 @@ class Attention(nn.Module):
                                            dropout_p=self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
+
+    def decode(self, x, pos, cache, rows):
+        """One new token for each of the sequences `rows` (n,): x (n, 1, C) at positions pos (n,). Its key and value
+        join the cache, and it attends over everything its sequence has cached (all earlier, so no causal mask;
+        a padding mask, since sequences have cached different numbers of tokens)."""
+        n, _, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(n, 1, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (n, nh, 1, hs)
+        cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)      # (n, 1, hs/2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        cache.append(rows, pos, k, v)
+        L = int(cache.length[rows].max())
+        valid = torch.arange(L, device=x.device) < cache.length[rows].unsqueeze(1)    # (n, L)
+        y = F.scaled_dot_product_attention(q, cache.k[rows, :, :L], cache.v[rows, :, :L],
+                                           attn_mask=valid[:, None, None, :])          # (n, nh, 1, hs)
+        return self.c_proj(y.transpose(1, 2).reshape(n, 1, C))
 
 
 class MLP(nn.Module):
@@ -192,6 +227,15 @@ class Block(nn.Module):
         """A dense layer (an anchor): every token, in either routing mode. Every layer of GPT is called the same
         way, x, aux = layer(x, pos, routing); a dense layer has nothing to route and nothing to report."""
         return x + self.delta(x, pos), {}
+
+    def decode_delta(self, x, pos, cache, rows):
+        """delta for one new token of each sequence in rows, with the layer's KV cache (generation)."""
+        a = self.attn.decode(self.ln_1(x), pos, cache, rows)
+        return a + self.mlp(self.ln_2(x + a))
+
+    def decode(self, x, pos, cache):
+        """Generation, one new token per sequence: x (B, 1, C) at positions pos (B,). A dense layer takes it."""
+        return x + self.decode_delta(x, pos, cache, torch.arange(x.size(0), device=x.device))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -320,6 +364,19 @@ class RoutedBlock(nn.Module):
             x = self.forward_fast_masked(x, mask, w)
         aux.update(scores=r, mask=mask)
         return x, aux
+
+    def decode(self, x, pos, cache):
+        """Generation, one new token per sequence: x (B, 1, C) at positions pos (B,). The router scores it; where the
+        score does not pass the calibrated threshold the layer does nothing more for it (no attention, no MLP,
+        nothing cached). The others attend over the tokens this layer took before in their own sequence."""
+        r = self.router(x)                                                  # (B, 1)
+        rows = (r[:, 0] > self.router.threshold()).nonzero().squeeze(1)     # (n,) sequences whose token is taken
+        if rows.numel() == 0:
+            return x
+        f = self.block.decode_delta(x[rows], pos[rows], cache, rows)        # (n, 1, C)
+        out = x.clone()
+        out[rows] = x[rows] + self.router.gate(r[rows]).unsqueeze(-1) * f
+        return out
 
     def forward_naive(self, x, mask, w):
         """The idea, plainly: for each sequence, pick its selected tokens with a boolean mask, run the block on that
@@ -452,6 +509,10 @@ class MoEBlock(Block):
         a = self.attn(self.ln_1(x), pos)
         m, aux = self.mlp(self.ln_2(x + a), routing)
         return x + (a + m), aux
+
+    def decode_delta(self, x, pos, cache, rows):
+        a = self.attn.decode(self.ln_1(x), pos, cache, rows)
+        return a + self.mlp(self.ln_2(x + a), 'causal')[0]              # causal: each token routed alone
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -646,12 +707,39 @@ class GPT(nn.Module):
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
-        """Sample with causal routing: no routed layer or expert looks at a position after the one predicted."""
+    def decode(self, idx, pos, caches):
+        """Logits (B, V) of the next token after idx (B,) at position pos (an int), every layer run once for that
+        token with its KV cache (caches: one KVCache per layer). Equals the causal forward's logits at pos."""
+        x = self.transformer.wte(idx).unsqueeze(1)                          # (B, 1, C)
+        p = torch.full((idx.size(0),), pos, dtype=torch.long, device=idx.device)
+        for layer, cache in zip(self.transformer.h, caches):
+            x = layer.decode(x, p, cache)
+        return self.lm_head(self.transformer.ln_f(x))[:, 0]
+
+    def new_caches(self, B, device):
+        c = self.config
+        dtype = self.lm_head.weight.dtype
+        return [KVCache(B, c.n_head, c.n_embd // c.n_head, c.block_size, device, dtype) for _ in self.transformer.h]
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
+        """Sample with causal routing: no routed layer or expert looks at a position after the one predicted.
+        use_cache: each new token runs each layer once, with per-layer KV caches (a routed layer caches only the
+        tokens it took), instead of recomputing the whole window. Past block_size the window slides, every
+        position changes, and each step recomputes the window (as use_cache=False does)."""
+        T_max = self.config.block_size
+        caches = None
         for _ in range(max_new_tokens):
-            idx_cond = idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size:]
-            logits, _ = self(idx_cond, routing='causal')
-            logits = logits[:, -1, :] / max(temperature, 1e-8)
+            T = idx.size(1)
+            if not use_cache or T > T_max:
+                logits = self(idx[:, -T_max:], routing='causal')[0][:, -1, :]
+            elif caches is None:                                            # the prompt, one token at a time
+                caches = self.new_caches(idx.size(0), idx.device)
+                for t in range(T):
+                    logits = self.decode(idx[:, t], t, caches)
+            else:
+                logits = self.decode(idx[:, -1], T - 1, caches)
+            logits = logits / max(temperature, 1e-8)
             if top_k is not None:
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
                 logits[logits < v[:, [-1]]] = -float('inf')
