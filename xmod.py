@@ -360,8 +360,10 @@ class RoutedBlock(nn.Module):
             x = self.forward_naive(x, mask, w)
         elif routing == 'topk':
             x = self.forward_fast(x, idx, w)
+        elif torch.compiler.is_compiling():
+            x = self.forward_fast_masked(x, mask, w)                       # static shapes for the compiler
         else:
-            x = self.forward_fast_masked(x, mask, w)
+            x = self.forward_fast_causal(x, mask, w)
         aux.update(scores=r, mask=mask)
         return x, aux
 
@@ -401,10 +403,29 @@ class RoutedBlock(nn.Module):
         ws = torch.gather(w, 1, idx).unsqueeze(-1)                          # (B, k, 1)
         return torch.scatter_add(x, 1, gidx, ws * f)
 
+    def forward_fast_causal(self, x, mask, w):
+        """Causal routing at the cost of the tokens taken: each sequence's selected tokens are gathered to the front,
+        in order, and padded to the batch's largest count k_max; the block runs on (B, k_max, C) at the tokens'
+        original positions, and the gated update of the real (not padding) slots is scattered back. Plain causal
+        attention suffices: a real slot's earlier slots are all real, and what padding slots compute is dropped."""
+        B, T, C = x.size()
+        counts = mask.sum(1)                                                # (B,) tokens taken per sequence
+        k_max = int(counts.max())                                           # the one data-dependent size
+        if k_max == 0:
+            return x
+        first = torch.where(mask, 0, T) + torch.arange(T, device=x.device)  # selected positions sort first
+        idx = first.argsort(dim=1)[:, :k_max]                               # (B, k_max) positions, ascending
+        real = torch.arange(k_max, device=x.device) < counts.unsqueeze(1)   # (B, k_max)
+        gidx = idx.unsqueeze(-1).expand(-1, -1, C)                          # (B, k_max, C)
+        f = self.block.delta(torch.gather(x, 1, gidx), idx)                 # (B, k_max, C); RoPE at positions idx
+        ws = (torch.gather(w, 1, idx) * real).unsqueeze(-1)                 # (B, k_max, 1); 0 on padding
+        return torch.scatter_add(x, 1, gidx, ws * f)
+
     def forward_fast_masked(self, x, mask, w):
         """Causal routing, static shapes: the number of selected tokens varies per sequence, so run the block on all
         T tokens with an attention mask that lets a query see only selected keys (and itself, so no row is empty),
-        then keep the update of selected tokens only. Same result as the naive gather; costs a dense layer."""
+        then keep the update of selected tokens only. Same result as the naive gather; costs a dense layer. Used
+        under torch.compile, where forward_fast_causal's data-dependent k_max would break the graph."""
         B, T, C = x.size()
         causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
         eye = torch.eye(T, dtype=torch.bool, device=x.device)

@@ -501,3 +501,29 @@ def test_calibration_is_once_per_step_over_the_whole_batch():
         if 'scores' in a:
             top = a['scores'].flatten().sort(descending=True).values
             assert torch.allclose(layer.router.threshold(), (top[16 * k - 1] + top[16 * k]) / 2, atol=1e-6)
+
+
+@pytest.mark.parametrize('model', ['mod', 'xmod'])
+def test_causal_fast_path_equals_naive_when_none_or_all_pass(model):
+    """forward_fast_causal gathers each sequence's taken tokens (padded to the batch's largest count) and equals the
+    naive path, with a sequence that takes nothing, one that takes everything and one in between; and a batch where
+    nothing passes at all."""
+    torch.manual_seed(0)
+    m = GPT(tiny(model, n_layer=5, capacity=0.25))
+    layer = routed_layers(m)[0]
+    x = torch.randn(3, 16, 32)
+    w = torch.rand(3, 16)
+    mask = torch.zeros(3, 16, dtype=torch.bool)
+    mask[1] = True                                       # every token passes
+    mask[2, [0, 3, 4, 9, 15]] = True                     # some pass; sequence 0: none
+    for mk in (mask, torch.zeros_like(mask)):
+        fast, naive = layer.forward_fast_causal(x, mk, w), layer.forward_naive(x, mk, w)
+        assert rel_err(fast, naive) <= 1e-5
+        assert torch.equal(fast[~mk], x[~mk])            # untaken tokens pass bit for bit
+    cost = []                                            # the block runs on (B, k_max) tokens, not (B, T)
+    h = layer.block.ln_1.register_forward_hook(lambda mod, args, out: cost.append(args[0].shape[:2]))
+    mask[1] = False
+    mask[1, :2] = True
+    layer.forward_fast_causal(x, mask, w)
+    h.remove()
+    assert cost == [torch.Size([3, 5])]
