@@ -1,93 +1,267 @@
 """
-bench.py: training-step speed of every family and both impls, measured side by side in one run.
+bench.py: the speed of X-MoD against its FLOP-matched dense model, every figure a ratio measured in the same run.
 
-    python bench.py                          # CPU, the zoo's FLOP-matched configs at T=128, batch 16
-    python bench.py --compile=True           # add torch.compile(fullgraph=True) of the fast path
-    python bench.py --device=cuda --batch_size=64 --block_size=512 --n_embd=512 --n_head=8
+    python bench.py                                  # CPU: T = 128, 256, 512; train, causal eval, decode
+    python bench.py --contexts=128 --phases=train --compile=True
+    python bench.py --json bench.json                # also write the table as a list of rows
+    python bench.py --device=cuda --dtype=bfloat16 --compile=True --contexts=1024 --n_embd=768 --n_head=12 \
+                    --dense_layers=12 --batch_size=8
 
-Machines are noisy: read the ratios (each row against dense/fast, measured in the same run, interleaved), not the
-absolute figures. FLOP-matched rows do the same useful work per token, so a ratio below 1 is routing overhead.
+Phases (tokens per second; ratio = this row's tokens/s over the reference's, so above 1 is faster):
+  train         a training step: forward, backward, calibration of the causal thresholds, optimizer step
+  eval_causal   a forward with causal routing and no gradient (the honest validation loss)
+  decode_b1/b8  generate() with the KV cache: a 64-token prompt, then 256 new tokens, at batch 1 and 8 (measured
+                at contexts of at least 320 tokens, where the window never slides)
+Models: dense (the reference), xmod (stride and capacity below, FLOP-matched to dense_layers dense layers), and for
+decode a dense model of xmod's total depth and width (the same parameters: `same_depth`). The MoE's fast and naive
+paths and the dense model against a nanoGPT-shaped GPT (LayerNorm, learned positions; written below) at nanoGPT's
+CPU recipe shape (4 layers, 128 wide, batch 12 x 64) are timed in the train phase.
+Rows are measured `rounds` times, interleaved across rows, and the median is kept: read the ratios, not the
+absolute figures, which move with the machine's load. `mem_MB`: the tensors saved for backward in one training
+step (activation memory; on CUDA, the peak allocated).
 """
+import json as jsonlib
 import os
+import statistics
 import sys
 import time
 from dataclasses import replace
 
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import UserError, configure, defaults_of, pick_device, run_main
-from xmod import GPT, GPTConfig, flops_per_token, layout_string, match_flops
+from xmod import GPT, GPTConfig, match_flops
 
 # -----------------------------------------------------------------------------------------------------------------
-device = 'cpu'        # cpu | cuda | mps
-batch_size = 16       # rows per training step
-block_size = 128      # context T
-n_embd = 128          # width of every model
-n_head = 4            # attention heads
-dense_layers = 4      # depth of the dense model the sparse ones are FLOP-matched to
-steps = 8             # timed steps per measurement, after 2 warm-up steps
-rounds = 3            # measurements per row, interleaved across rows; the median is reported
-compile = False       # add torch.compile(fullgraph=True) of the fast path
+device = 'cpu'            # cpu | cuda | mps
+dtype = 'float32'         # float32 | bfloat16 (autocast)
+contexts = '128,256,512'  # context lengths T, comma-separated
+phases = 'train,eval_causal,decode_b1,decode_b8'   # which phases to time, comma-separated
+tokens_per_step = 2048    # training and eval batches hold this many tokens at every T (batch = tokens_per_step / T)
+batch_size = 0            # > 0: this batch size at every T instead
+n_embd = 128              # width of every model
+n_head = 4                # attention heads
+dense_layers = 4          # depth of the dense model X-MoD is FLOP-matched to
+stride = 4                # X-MoD's anchor stride
+capacity = 0.125          # X-MoD's capacity (solved exactly by FLOP matching, nearest to this)
+steps = 5                 # timed steps per measurement, after 2 warm-up steps
+rounds = 3                # measurements per row, interleaved; the median is kept
+new_tokens = 256          # decode: tokens generated after the prompt
+prompt = 64               # decode: prompt length
+compile = False           # also time torch.compile(fullgraph=True) of the train and eval phases
+extras = True             # also the MoE's fast vs naive path and dense vs a nanoGPT-shaped GPT (train phase)
+json = ''                 # write the rows as JSON to this path (also: --json PATH)
 # -----------------------------------------------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
+VOCAB = 84
 
 
-def step_time(model, x, y, n, device):
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    for i in range(n + 2):
-        if i == 2:
-            if device == 'cuda':
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-        _, loss = model(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    if device == 'cuda':
+class NanoGPTRef(nn.Module):
+    """nanoGPT's shape, for reference: learned positions, LayerNorm, fused QKV, GELU MLP, tied embeddings."""
+
+    def __init__(self, n_layer, n_embd, n_head, block_size, vocab_size):
+        super().__init__()
+        self.n_head = n_head
+        self.wte, self.wpe = nn.Embedding(vocab_size, n_embd), nn.Embedding(block_size, n_embd)
+        self.blocks = nn.ModuleList(nn.ModuleDict(dict(
+            ln_1=nn.LayerNorm(n_embd), attn=nn.Linear(n_embd, 3 * n_embd), proj=nn.Linear(n_embd, n_embd),
+            ln_2=nn.LayerNorm(n_embd), fc=nn.Linear(n_embd, 4 * n_embd), out=nn.Linear(4 * n_embd, n_embd)))
+            for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(n_embd)
+        self.head = nn.Linear(n_embd, vocab_size, bias=False)
+        self.wte.weight = self.head.weight
+
+    def forward(self, idx, targets):
+        B, T = idx.size()
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
+        for b in self.blocks:
+            q, k, v = b['attn'](b['ln_1'](x)).split(x.size(-1), dim=2)
+            q, k, v = (t.view(B, T, self.n_head, -1).transpose(1, 2) for t in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, -1)
+            x = x + b['proj'](y)
+            x = x + b['out'](F.gelu(b['fc'](b['ln_2'](x))))
+        logits = self.head(self.ln_f(x))
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def sync(dev):
+    if dev.startswith('cuda'):
         torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / n
+
+
+def calibrated(cfg, dev, x):
+    """The model with its causal thresholds calibrated on one batch, so causal routing takes about c of it."""
+    torch.manual_seed(0)
+    m = GPT(cfg).to(dev)
+    if cfg.model in ('mod', 'xmod'):
+        m.calibrate([m(x, x, return_aux=True)[2]['layers']])
+    return m
+
+
+def timer(phase, model, fwd, x, y, opt, ctx, dev, opt_cfg):
+    """A function that runs `steps` units of `phase` and returns (seconds, tokens)."""
+    def train():
+        for _ in range(opt_cfg.steps):
+            with ctx:
+                out = fwd(x, y, return_aux=True) if isinstance(model, GPT) else fwd(x, y)
+            opt.zero_grad(set_to_none=True)
+            out[1].backward()
+            if isinstance(model, GPT):
+                model.calibrate([out[2]['layers']])
+            opt.step()
+        return opt_cfg.steps * x.numel()
+
+    def eval_causal():
+        with torch.no_grad(), ctx:
+            for _ in range(opt_cfg.steps):
+                fwd(x, y, routing='causal')
+        return opt_cfg.steps * x.numel()
+
+    def decode(B):
+        def run():
+            p = x[:B, :opt_cfg.prompt] if x.size(0) >= B else x[:1, :opt_cfg.prompt].expand(B, -1).contiguous()
+            with ctx:
+                model.generate(p, opt_cfg.new_tokens, top_k=1)
+            return B * opt_cfg.new_tokens
+        return run
+
+    fn = {'train': train, 'eval_causal': eval_causal, 'decode_b1': decode(1), 'decode_b8': decode(8)}[phase]
+
+    def measure():
+        sync(dev)
+        t0 = time.perf_counter()
+        tokens = fn()
+        sync(dev)
+        return time.perf_counter() - t0, tokens
+    return measure
+
+
+def saved_bytes(model, x, y):
+    """Bytes of the tensors autograd saves for backward in one training forward: the activation memory."""
+    total = 0
+
+    def pack(t):
+        nonlocal total
+        total += t.numel() * t.element_size()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(x, y)
+    out[1].backward()
+    return total
 
 
 def bench(argv):
-    opt, _ = configure(argv, DEFAULTS, doc=__doc__, source=__file__, files=False)
-    for k in ('batch_size', 'block_size', 'n_embd', 'n_head', 'dense_layers', 'steps', 'rounds'):
-        if getattr(opt, k) < 1:
-            raise UserError(f"--{k}={getattr(opt, k)}: expected an integer >= 1")
-    device = pick_device(opt.device)
-    batch_size, block_size, steps, rounds = opt.batch_size, opt.block_size, opt.steps, opt.rounds
+    argv = list(argv)
+    if '--json' in argv[:-1]:                            # `--json PATH` as well as `--json=PATH`
+        i = argv.index('--json')
+        argv[i:i + 2] = [f'--json={argv[i + 1]}']
+    opt_cfg, _ = configure(argv, DEFAULTS, doc=__doc__, source=__file__, files=False)
+    for k in ('tokens_per_step', 'n_embd', 'n_head', 'dense_layers', 'stride', 'steps', 'rounds', 'new_tokens',
+              'prompt'):
+        if getattr(opt_cfg, k) < 1:
+            raise UserError(f"--{k}={getattr(opt_cfg, k)}: expected an integer >= 1")
     try:
-        dense = GPTConfig(n_layer=opt.dense_layers, n_embd=opt.n_embd, n_head=opt.n_head, block_size=block_size,
-                          vocab_size=84)
-        configs = {'dense': dense, 'mod': match_flops(dense, 'mod'), 'xmod s4': match_flops(dense, 'xmod', stride=4),
-                   'xmod s8': match_flops(dense, 'xmod', stride=8), 'moe': replace(dense, model='moe')}
-    except ValueError as e:
-        raise UserError(str(e)) from None
-    rows = []
-    for name, cfg in configs.items():
-        impls = ['fast'] if cfg.model == 'dense' else ['fast', 'naive']
-        for impl in impls + (['compiled'] if opt.compile else []):
-            torch.manual_seed(0)
-            m = GPT(replace(cfg, impl='naive' if impl == 'naive' else 'fast')).to(device)
-            rows.append((name, impl, cfg, m, torch.compile(m, fullgraph=True) if impl == 'compiled' else m))
-    g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, 84, (batch_size, block_size), generator=g).to(device)
-    y = torch.randint(0, 84, (batch_size, block_size), generator=g).to(device)
-    times = {i: [] for i in range(len(rows))}
-    for _ in range(rounds):
-        for i, (_, _, _, _, fwd) in enumerate(rows):
-            times[i].append(step_time(fwd, x, y, steps, device))
-    tok = batch_size * block_size
-    base = sorted(times[0])[rounds // 2]
-    print(f"device {device}, {torch.get_num_threads()} threads, batch {batch_size} x {block_size}, n_embd {opt.n_embd}; "
-          f"median of {rounds} x {steps} training steps")
-    print("| model | impl | layout | FLOPs/token | ms/step | tokens/s | speed vs dense | useful GFLOP/s |")
+        Ts = [int(t) for t in opt_cfg.contexts.split(',')]
+    except ValueError:
+        raise UserError(f"--contexts={opt_cfg.contexts!r}: expected comma-separated integers") from None
+    wanted = opt_cfg.phases.split(',')
+    bad = [p for p in wanted if p not in ('train', 'eval_causal', 'decode_b1', 'decode_b8')]
+    if bad:
+        raise UserError(f"--phases: unknown {', '.join(bad)} (train | eval_causal | decode_b1 | decode_b8)")
+    if opt_cfg.dtype not in ('float32', 'bfloat16'):
+        raise UserError(f"--dtype={opt_cfg.dtype!r}: expected float32 | bfloat16")
+    dev = pick_device(opt_cfg.device)
+    ctx = (torch.autocast(dev.split(':')[0], dtype=torch.bfloat16) if opt_cfg.dtype == 'bfloat16' else
+           torch.autocast(dev.split(':')[0], enabled=False))
+
+    rows = []                     # dicts: model, stride, impl, T, phase, measure, ref
+    for T in Ts:
+        B = opt_cfg.batch_size or max(1, opt_cfg.tokens_per_step // T)
+        g = torch.Generator().manual_seed(0)
+        x = torch.randint(0, VOCAB, (B, T), generator=g).to(dev)
+        y = torch.randint(0, VOCAB, (B, T), generator=g).to(dev)
+        try:
+            dense = GPTConfig(n_layer=opt_cfg.dense_layers, n_embd=opt_cfg.n_embd, n_head=opt_cfg.n_head,
+                              block_size=T, vocab_size=VOCAB)
+            sparse = match_flops(dense, 'xmod', stride=opt_cfg.stride, capacity=opt_cfg.capacity)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+        same_depth = replace(dense, n_layer=sparse.n_layer)
+        models = {'dense': dense, 'xmod': sparse, 'same_depth': same_depth}
+        for phase in wanted:
+            decode = phase.startswith('decode')
+            if decode and T < opt_cfg.prompt + opt_cfg.new_tokens:
+                continue                                   # the window would slide: not what decode measures
+            for name, cfg in models.items():
+                if name == 'same_depth' and not decode:
+                    continue
+                for impl in ['eager'] + (['compiled'] if opt_cfg.compile and not decode else []):
+                    m = calibrated(cfg, dev, x)
+                    if decode:
+                        m.eval()
+                    fwd = torch.compile(m, fullgraph=True) if impl == 'compiled' else m
+                    opt = torch.optim.AdamW(m.parameters(), lr=1e-4) if phase == 'train' else None
+                    rows.append(dict(model=name, stride=cfg.stride if name == 'xmod' else None, impl=impl, T=T,
+                                     phase=phase, ref=('dense', 'eager'),
+                                     measure=timer(phase, m, fwd, x, y, opt, ctx, dev, opt_cfg),
+                                     mem=saved_bytes(m, x, y) if phase == 'train' and impl == 'eager' else None))
+        if opt_cfg.extras and 'train' in wanted and T == Ts[0]:
+            moe = replace(dense, model='moe')
+            for impl in ('fast', 'naive'):
+                m = calibrated(replace(moe, impl=impl), dev, x)
+                rows.append(dict(model='moe', stride=None, impl=impl, T=T, phase='train', ref=('moe', 'fast'),
+                                 measure=timer('train', m, m, x, y, torch.optim.AdamW(m.parameters()), ctx, dev,
+                                               opt_cfg), mem=None))
+    if opt_cfg.extras and 'train' in wanted:             # nanoGPT's CPU recipe shape: 4 x 128, batch 12 x 64
+        g = torch.Generator().manual_seed(1)
+        xr, yr = (torch.randint(0, VOCAB, (12, 64), generator=g).to(dev) for _ in range(2))
+        ours = calibrated(GPTConfig(n_layer=4, n_embd=128, n_head=4, block_size=64, vocab_size=VOCAB), dev, xr)
+        torch.manual_seed(0)
+        ref = NanoGPTRef(4, 128, 4, 64, VOCAB).to(dev)
+        for name, m in (('dense_4x128', ours), ('nanogpt_ref', ref)):
+            rows.append(dict(model=name, stride=None, impl='eager', T=64, phase='train', ref=('nanogpt_ref', 'eager'),
+                             measure=timer('train', m, m, xr, yr, torch.optim.AdamW(m.parameters()), ctx, dev,
+                                           opt_cfg), mem=None))
+
+    for r in rows:                                       # warm-up (and compile) once, then interleaved rounds
+        r['measure']()
+        r['times'] = []
+    for _ in range(opt_cfg.rounds):
+        for r in rows:
+            seconds, tokens = r['measure']()
+            r['times'].append(tokens / seconds)
+    for r in rows:
+        r['tokens_per_s'] = statistics.median(r['times'])
+    out = []
+    print(f"device {dev} {opt_cfg.dtype}, {torch.get_num_threads()} threads, n_embd {opt_cfg.n_embd}, xmod stride "
+          f"{opt_cfg.stride} FLOP-matched to {opt_cfg.dense_layers} dense layers; median of {opt_cfg.rounds} rounds")
+    print("| model | impl | T | phase | tokens/s | vs dense (FLOP-matched) | vs same-depth dense | mem MB |")
     print("|---|---|---|---|---|---|---|---|")
-    for i, (name, impl, cfg, m, _) in enumerate(rows):
-        t = sorted(times[i])[rounds // 2]
-        fpt = flops_per_token(cfg, block_size, batch_size)
-        print(f"| {name} | {impl} | {layout_string(cfg)} | {fpt / 1e6:.2f}M | {t * 1e3:.0f} | {tok / t:,.0f} | {base / t:.2f} | "
-              f"{3 * fpt * tok / t / 1e9:.1f} |")
+    for r in rows:
+        def ratio(model, impl='eager'):
+            ref = [q for q in rows if q['model'] == model and q['impl'] == impl and q['T'] == r['T']
+                   and q['phase'] == r['phase']]
+            return r['tokens_per_s'] / ref[0]['tokens_per_s'] if ref else None
+        vs = ratio(*r['ref'])
+        vs_same = ratio('same_depth') if r['phase'].startswith('decode') else None
+        row = dict(model=r['model'], stride=r['stride'], impl=r['impl'], T=r['T'], phase=r['phase'],
+                   tokens_per_s=round(r['tokens_per_s'], 1), ratio_vs_dense=vs and round(vs, 3))
+        if r['phase'].startswith('decode'):
+            row['ratio_vs_same_depth_dense'] = vs_same and round(vs_same, 3)
+        if r['mem'] is not None:
+            row['mem_MB'] = round(r['mem'] / 2 ** 20, 1)
+        out.append(row)
+        fmt = lambda v: '-' if v is None else f"{v:.2f}"
+        print(f"| {row['model']}{'' if row['stride'] is None else ' s%d' % row['stride']} | {row['impl']} | "
+              f"{row['T']} | {row['phase']} | {row['tokens_per_s']:,.0f} | {fmt(vs)} | {fmt(vs_same)} | "
+              f"{row.get('mem_MB', '-')} |")
+    if opt_cfg.json:
+        with open(opt_cfg.json, 'w') as f:
+            jsonlib.dump(out, f, indent=1)
+        print(f"wrote {opt_cfg.json}")
     return 0
 
 

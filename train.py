@@ -471,7 +471,7 @@ def train(argv):
             group['lr'] = lr
         rows = batch_starts(cfg.seed, run.step, cfg.batch_size * cfg.gradient_accumulation_steps, run.n_train, T)
         data = open_split(run.folder, 'train')
-        step_loss = torch.zeros((), device=run.dev)
+        step_loss, step_layers = torch.zeros((), device=run.dev), []
         for micro in range(gas_local):
             first = (run.rank * gas_local + micro) * cfg.batch_size       # this rank's slice of the global batch
             x, y = read_windows(data, rows[first:first + cfg.batch_size], T, run.dev)
@@ -482,6 +482,8 @@ def train(argv):
                     _, loss, aux = model.step(x, y, return_aux=True)
                 step_loss += aux['losses']['lm'] / gas_local                # the LM loss, for the log
                 model.scaler.scale(loss / gas_local).backward()             # LM + auxiliary losses
+            step_layers.append(aux['layers'])
+        model.raw.calibrate(step_layers)      # the causal thresholds: once per step, from the whole global batch
         if cfg.grad_clip > 0:
             model.scaler.unscale_(model.optimizer)
             torch.nn.utils.clip_grad_norm_(model.raw.parameters(), cfg.grad_clip)

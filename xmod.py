@@ -131,6 +131,25 @@ def apply_rope(x, cos, sin):
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
+class KVCache:
+    """Keys and values of the tokens one attention layer has taken so far, per sequence, for generation. A dense
+    layer takes every token; a routed layer only those that passed its threshold, so each sequence has its own
+    length. k, v (B, nh, L, hs) after RoPE; pos (B, L) each cached token's position; length (B,)."""
+
+    def __init__(self, B, n_head, head_size, L, device, dtype):
+        self.k = torch.zeros(B, n_head, L, head_size, device=device, dtype=dtype)
+        self.v = torch.zeros_like(self.k)
+        self.pos = torch.full((B, L), -1, dtype=torch.long, device=device)
+        self.length = torch.zeros(B, dtype=torch.long, device=device)
+
+    def append(self, rows, pos, k, v):
+        """rows (n,) the sequences taking a token at positions pos (n,); k, v (n, nh, 1, hs)."""
+        at = self.length[rows]                                          # (n,) the next free slot of each row
+        self.k[rows, :, at], self.v[rows, :, at] = k[:, :, 0], v[:, :, 0]
+        self.pos[rows, at] = pos
+        self.length[rows] += 1
+
+
 class Attention(nn.Module):
 
     def __init__(self, config):
@@ -158,6 +177,22 @@ class Attention(nn.Module):
                                            dropout_p=self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
+
+    def decode(self, x, pos, cache, rows):
+        """One new token for each of the sequences `rows` (n,): x (n, 1, C) at positions pos (n,). Its key and value
+        join the cache, and it attends over everything its sequence has cached (all earlier, so no causal mask;
+        a padding mask, since sequences have cached different numbers of tokens)."""
+        n, _, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(n, 1, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (n, nh, 1, hs)
+        cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)      # (n, 1, hs/2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        cache.append(rows, pos, k, v)
+        L = int(cache.length[rows].max())
+        valid = torch.arange(L, device=x.device) < cache.length[rows].unsqueeze(1)    # (n, L)
+        y = F.scaled_dot_product_attention(q, cache.k[rows, :, :L], cache.v[rows, :, :L],
+                                           attn_mask=valid[:, None, None, :])          # (n, nh, 1, hs)
+        return self.c_proj(y.transpose(1, 2).reshape(n, 1, C))
 
 
 class MLP(nn.Module):
@@ -192,6 +227,15 @@ class Block(nn.Module):
         """A dense layer (an anchor): every token, in either routing mode. Every layer of GPT is called the same
         way, x, aux = layer(x, pos, routing); a dense layer has nothing to route and nothing to report."""
         return x + self.delta(x, pos), {}
+
+    def decode_delta(self, x, pos, cache, rows):
+        """delta for one new token of each sequence in rows, with the layer's KV cache (generation)."""
+        a = self.attn.decode(self.ln_1(x), pos, cache, rows)
+        return a + self.mlp(self.ln_2(x + a))
+
+    def decode(self, x, pos, cache):
+        """Generation, one new token per sequence: x (B, 1, C) at positions pos (B,). A dense layer takes it."""
+        return x + self.decode_delta(x, pos, cache, torch.arange(x.size(0), device=x.device))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -303,15 +347,12 @@ class RoutedBlock(nn.Module):
         r = self.router(x)                                                  # (B, T)
         w = self.router.gate(r)                                             # (B, T)
         if routing == 'topk':
-            k = capacity_k(self.capacity, T)
-            idx, mask, cut = route_topk(r, k)
-            if self.training:
-                self.router.update_threshold(r, k)
+            idx, mask, cut = route_topk(r, capacity_k(self.capacity, T))
             # The router learns to predict its own top-k choice from the token alone (for causal routing).
             # Targets: this sequence's own top-k mask (B, T), detached; never another sequence's.
             centred = r - cut.unsqueeze(1)                                  # (B, T); > 0 exactly where selected
             aux = {'router_bce': F.binary_cross_entropy_with_logits(centred, mask.float()),
-                   'soft': torch.sigmoid(centred)}
+                   'soft': torch.sigmoid(centred), 'cut': cut}
         else:
             idx, mask = None, r > self.router.threshold()                   # causal: token i's own score only
             aux = {}
@@ -319,10 +360,25 @@ class RoutedBlock(nn.Module):
             x = self.forward_naive(x, mask, w)
         elif routing == 'topk':
             x = self.forward_fast(x, idx, w)
+        elif torch.compiler.is_compiling():
+            x = self.forward_fast_masked(x, mask, w)                       # static shapes for the compiler
         else:
-            x = self.forward_fast_masked(x, mask, w)
+            x = self.forward_fast_causal(x, mask, w)
         aux.update(scores=r, mask=mask)
         return x, aux
+
+    def decode(self, x, pos, cache):
+        """Generation, one new token per sequence: x (B, 1, C) at positions pos (B,). The router scores it; where the
+        score does not pass the calibrated threshold the layer does nothing more for it (no attention, no MLP,
+        nothing cached). The others attend over the tokens this layer took before in their own sequence."""
+        r = self.router(x)                                                  # (B, 1)
+        rows = (r[:, 0] > self.router.threshold()).nonzero().squeeze(1)     # (n,) sequences whose token is taken
+        if rows.numel() == 0:
+            return x
+        f = self.block.decode_delta(x[rows], pos[rows], cache, rows)        # (n, 1, C)
+        out = x.clone()
+        out[rows] = x[rows] + self.router.gate(r[rows]).unsqueeze(-1) * f
+        return out
 
     def forward_naive(self, x, mask, w):
         """The idea, plainly: for each sequence, pick its selected tokens with a boolean mask, run the block on that
@@ -347,10 +403,29 @@ class RoutedBlock(nn.Module):
         ws = torch.gather(w, 1, idx).unsqueeze(-1)                          # (B, k, 1)
         return torch.scatter_add(x, 1, gidx, ws * f)
 
+    def forward_fast_causal(self, x, mask, w):
+        """Causal routing at the cost of the tokens taken: each sequence's selected tokens are gathered to the front,
+        in order, and padded to the batch's largest count k_max; the block runs on (B, k_max, C) at the tokens'
+        original positions, and the gated update of the real (not padding) slots is scattered back. Plain causal
+        attention suffices: a real slot's earlier slots are all real, and what padding slots compute is dropped."""
+        B, T, C = x.size()
+        counts = mask.sum(1)                                                # (B,) tokens taken per sequence
+        k_max = int(counts.max())                                           # the one data-dependent size
+        if k_max == 0:
+            return x
+        first = torch.where(mask, 0, T) + torch.arange(T, device=x.device)  # selected positions sort first
+        idx = first.argsort(dim=1)[:, :k_max]                               # (B, k_max) positions, ascending
+        real = torch.arange(k_max, device=x.device) < counts.unsqueeze(1)   # (B, k_max)
+        gidx = idx.unsqueeze(-1).expand(-1, -1, C)                          # (B, k_max, C)
+        f = self.block.delta(torch.gather(x, 1, gidx), idx)                 # (B, k_max, C); RoPE at positions idx
+        ws = (torch.gather(w, 1, idx) * real).unsqueeze(-1)                 # (B, k_max, 1); 0 on padding
+        return torch.scatter_add(x, 1, gidx, ws * f)
+
     def forward_fast_masked(self, x, mask, w):
         """Causal routing, static shapes: the number of selected tokens varies per sequence, so run the block on all
         T tokens with an attention mask that lets a query see only selected keys (and itself, so no row is empty),
-        then keep the update of selected tokens only. Same result as the naive gather; costs a dense layer."""
+        then keep the update of selected tokens only. Same result as the naive gather; costs a dense layer. Used
+        under torch.compile, where forward_fast_causal's data-dependent k_max would break the graph."""
         B, T, C = x.size()
         causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
         eye = torch.eye(T, dtype=torch.bool, device=x.device)
@@ -456,6 +531,10 @@ class MoEBlock(Block):
         m, aux = self.mlp(self.ln_2(x + a), routing)
         return x + (a + m), aux
 
+    def decode_delta(self, x, pos, cache, rows):
+        a = self.attn.decode(self.ln_1(x), pos, cache, rows)
+        return a + self.mlp(self.ln_2(x + a), 'causal')[0]              # causal: each token routed alone
+
 
 # ----------------------------------------------------------------------------------------------------------------------
 # 6. The model
@@ -548,25 +627,53 @@ class GPT(nn.Module):
         return losses
 
     @torch.no_grad()
+    def calibrate(self, steps_layers):
+        """Update every routed layer's causal threshold once per optimizer step, from the router scores of the whole
+        global batch. steps_layers: aux['layers'] of each micro-batch of the step (forward(..., return_aux=True) in
+        training). Under DDP every rank's scores are gathered, so each rank gets the threshold one process with
+        the whole batch would get. (An update at every forward would track micro-batches, and under DDP rank 0's.)"""
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        for l, kind in enumerate(layer_kinds(self.config)):
+            if kind != 'routed':
+                continue
+            r = torch.cat([layers[l]['scores'].detach() for layers in steps_layers])   # (this rank's rows, T)
+            if distributed:
+                parts = [torch.empty_like(r) for _ in range(torch.distributed.get_world_size())]
+                torch.distributed.all_gather(parts, r)
+                r = torch.cat(parts)                                                    # (global rows, T)
+            self.transformer.h[l].router.update_threshold(r, capacity_k(self.config.capacity, r.size(1)))
+
+    @torch.no_grad()
     def routing_stats(self, layers, routing):
         """What the log records about routing, from one forward's `layers` (forward(..., return_aux=True)), as
-        0-dim tensors (no host sync). Top-k mode: each routed layer's router accuracy (does its causal threshold
-        pick what top-k picks?) and gate, the spread of the tokens' routed depth (what balancing flattens), each
-        MoE layer's busiest expert (1 = uniform) and the dropped fraction. Causal mode (every name prefixed
-        causal_): each routed layer's rate of taken tokens (against capacity c), the realised depth, the MoE's
+        0-dim tensors (no host sync). Top-k mode, per routed layer l: router_acc_l (does the causal threshold pick
+        what top-k picks?), gate_l, jaccard_l (overlap of its selection with the previous routed layer's, per
+        sequence), margin_l (the sequence's top-k cut minus the causal threshold, in units of the scores' std:
+        where the threshold sits against the scores), score_std_l; and the spread of the tokens' routed depth
+        (depth_std), the fraction of tokens no routed layer takes (untouched_frac), each MoE layer's busiest
+        expert (1 = uniform) and the dropped fraction. Causal mode (every name prefixed causal_): each routed
+        layer's rate of taken tokens (against capacity c), the realised depth and untouched fraction, the MoE's
         busiest expert."""
-        stats, depth, drops = {}, 0, []
+        stats, depth, drops, prev = {}, 0, [], None
         prefix = '' if routing == 'topk' else 'causal_'
         for l, (layer, a) in enumerate(zip(self.transformer.h, layers)):
             if 'mask' in a:                                            # a routed layer
                 r, mask = a['scores'], a['mask']
                 depth = depth + mask.float()                           # (B, T) realised routed depth
                 if routing == 'topk':
-                    stats[f'router_acc_{l}'] = ((r > layer.router.threshold()) == mask).float().mean()
+                    thr = layer.router.threshold()
+                    std = r.std(dim=1, unbiased=False).clamp_min(1e-12)   # (B,)
+                    stats[f'router_acc_{l}'] = ((r > thr) == mask).float().mean()
                     stats[f'gate_{l}'] = (layer.router.gain if self.config.gate == 'variance' else
                                           (layer.router.gate(r) * mask).sum() / mask.sum().clamp_min(1))
+                    if prev is not None:
+                        both, either = (mask & prev).sum(1).float(), (mask | prev).sum(1).float()
+                        stats[f'jaccard_{l}'] = (both / either.clamp_min(1)).mean()
+                    stats[f'margin_{l}'] = ((a['cut'] - thr) / std).mean()
+                    stats[f'score_std_{l}'] = std.mean()
                 else:
                     stats[f'causal_rate_{l}'] = mask.float().mean()
+                prev = mask
             elif 'load' in a:                                          # an MoE layer
                 stats[f'{prefix}moe_load_max_{l}'] = a['load'].max() * len(a['load'])
                 drops.append(a['drop_frac'])
@@ -574,6 +681,7 @@ class GPT(nn.Module):
             if routing == 'causal':
                 stats['causal_depth_mean'] = depth.mean()
             stats[prefix + 'depth_std'] = depth.std(unbiased=False)
+            stats[prefix + 'untouched_frac'] = (depth == 0).float().mean()
         if drops and routing == 'topk':                                # causal routing drops nothing
             stats['moe_drop_frac'] = torch.stack(drops).mean()
         return stats
@@ -620,12 +728,39 @@ class GPT(nn.Module):
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
-        """Sample with causal routing: no routed layer or expert looks at a position after the one predicted."""
+    def decode(self, idx, pos, caches):
+        """Logits (B, V) of the next token after idx (B,) at position pos (an int), every layer run once for that
+        token with its KV cache (caches: one KVCache per layer). Equals the causal forward's logits at pos."""
+        x = self.transformer.wte(idx).unsqueeze(1)                          # (B, 1, C)
+        p = torch.full((idx.size(0),), pos, dtype=torch.long, device=idx.device)
+        for layer, cache in zip(self.transformer.h, caches):
+            x = layer.decode(x, p, cache)
+        return self.lm_head(self.transformer.ln_f(x))[:, 0]
+
+    def new_caches(self, B, device):
+        c = self.config
+        dtype = self.lm_head.weight.dtype
+        return [KVCache(B, c.n_head, c.n_embd // c.n_head, c.block_size, device, dtype) for _ in self.transformer.h]
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
+        """Sample with causal routing: no routed layer or expert looks at a position after the one predicted.
+        use_cache: each new token runs each layer once, with per-layer KV caches (a routed layer caches only the
+        tokens it took), instead of recomputing the whole window. Past block_size the window slides, every
+        position changes, and each step recomputes the window (as use_cache=False does)."""
+        T_max = self.config.block_size
+        caches = None
         for _ in range(max_new_tokens):
-            idx_cond = idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size:]
-            logits, _ = self(idx_cond, routing='causal')
-            logits = logits[:, -1, :] / max(temperature, 1e-8)
+            T = idx.size(1)
+            if not use_cache or T > T_max:
+                logits = self(idx[:, -T_max:], routing='causal')[0][:, -1, :]
+            elif caches is None:                                            # the prompt, one token at a time
+                caches = self.new_caches(idx.size(0), idx.device)
+                for t in range(T):
+                    logits = self.decode(idx[:, t], t, caches)
+            else:
+                logits = self.decode(idx[:, -1], T - 1, caches)
+            logits = logits / max(temperature, 1e-8)
             if top_k is not None:
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
                 logits[logits < v[:, [-1]]] = -float('inf')

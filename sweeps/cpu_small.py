@@ -17,10 +17,9 @@ common = dict(dataset='shakespeare', n_head=4, learning_rate=2e-3, min_lr=2e-4, 
               weight_decay=0.1, dropout=0.0, eval_tokens=32768, device='cpu', compile=False)
 
 
-def plan(tokens_per_iter, width, tokens, block_size, contexts, widths, budgets, context_points):
-    """The study's runs: `tokens` training tokens per run at context `block_size` and width `width`;
-    `contexts` the other context lengths, for `context_points` grid points; the dense law over `widths` x
-    `budgets`; a pair at twice the tokens. tokens_per_iter = batch_size * block_size at every context."""
+def builders(tokens_per_iter, width, tokens, block_size):
+    """run(), dense() and xmod(): a train.py run's overrides and its name, at `tokens` training tokens, context
+    `block_size` and width `width` unless given. tokens_per_iter = batch_size * block_size at every context."""
 
     def run(name, tokens=tokens, block_size=block_size, seed=0, **kw):
         iters = tokens // tokens_per_iter
@@ -37,6 +36,14 @@ def plan(tokens_per_iter, width, tokens, block_size, contexts, widths, budgets, 
         label = f"xmod_s{stride}_L{n_layer or 'auto'}_D{dense_layers}_{tokens / M:g}M{tag}"
         return run(label, tokens, model='xmod', stride=stride, n_layer=n_layer, dense_layers=dense_layers, **kw)
 
+    return run, dense, xmod
+
+
+def plan(tokens_per_iter, width, tokens, block_size, contexts, widths, budgets, context_points):
+    """The study's runs: `tokens` training tokens per run at context `block_size` and width `width`;
+    `contexts` the other context lengths, for `context_points` grid points; the dense law over `widths` x
+    `budgets`; a pair at twice the tokens. tokens_per_iter = batch_size * block_size at every context."""
+    run, dense, xmod = builders(tokens_per_iter, width, tokens, block_size)
     t = f'{tokens / M:g}M'
     context_grid = [(4, 0.125), (8, 0.25)][:context_points]
     return [

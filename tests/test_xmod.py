@@ -120,7 +120,7 @@ def test_naive_equals_fast(model, B, T, capacity, stride):
     fast = GPT(cfg)
     naive = GPT(replace(cfg, impl='naive'))
     x, y = batch(B, T, seed=2)
-    fast(x, y)                                    # one training forward: sets the causal thresholds
+    fast.calibrate([fast(x, y, return_aux=True)[2]['layers']])   # one training step's calibration: thresholds
     naive.load_state_dict(fast.state_dict())
     for routing, train in [('topk', True), ('topk', False), ('causal', False)]:
         for m in (fast, naive):
@@ -172,7 +172,7 @@ def test_causal_routing_does_not_see_the_future(model, impl):
     torch.manual_seed(0)
     m = GPT(tiny(model, impl=impl, capacity=0.25))
     x, y = batch(3, 32)
-    m(x, y)                    # calibrate thresholds once
+    m.calibrate([m(x, y, return_aux=True)[2]['layers']])       # calibrate thresholds once
     m.eval()
     t = 12
     x2 = x.clone()
@@ -387,9 +387,10 @@ def train_xmod(balance, seed, steps=40):
     opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
     g = torch.Generator().manual_seed(seed)
     for _ in range(steps):
-        _, loss = m(*corpus_batch(16, 32, g))
+        _, loss, aux = m(*corpus_batch(16, 32, g), return_aux=True)
         opt.zero_grad()
         loss.backward()
+        m.calibrate([aux['layers']])
         opt.step()
     return m.eval()
 
@@ -475,3 +476,54 @@ def test_readme_model_zoo_is_what_python_xmod_prints():
         readme = f.read()
     assert len(table) == 7 and all(line in readme.splitlines() for line in table), table
     assert '| xmod | 4 | 12 | 0.1250 | DrrrDrrrDrrr |' in out             # the Quickstart's model, c = 16/128
+
+
+def test_calibration_is_once_per_step_over_the_whole_batch():
+    """Four micro-batches of 4 sequences calibrate the thresholds exactly as one batch of 16 does: the cut of all
+    64 x T scores together, not the EMA of four micro-batch cuts. A forward alone changes nothing."""
+    torch.manual_seed(0)
+    cfg = tiny('xmod', n_layer=5, stride=4, capacity=0.25)
+    big, small = GPT(cfg).eval(), GPT(cfg).eval()
+    small.load_state_dict(big.state_dict())
+    x, y = batch(16, 32, seed=3)
+    before = [b.clone() for b in big.buffers()]
+    layers = big.train()(x, y, return_aux=True)[2]['layers']
+    assert all(torch.equal(a, b) for a, b in zip(before, big.buffers()))     # a training forward changes nothing
+    big.eval().calibrate([layers])
+    small.calibrate([small(x[i:i + 4], y[i:i + 4], return_aux=True)[2]['layers'] for i in range(0, 16, 4)])
+    for rb, rs in zip(routed_layers(big), routed_layers(small)):
+        assert rb.router.thr_steps.item() == rs.router.thr_steps.item() == 1
+        assert torch.equal(rb.router.threshold(), rs.router.threshold())
+    # the threshold is the cut between the (16k)-th and (16k+1)-th highest score of the whole batch
+    _, _, aux = big(x, y, return_aux=True)
+    k = capacity_k(0.25, 32)
+    for layer, a in zip(big.transformer.h, aux['layers']):
+        if 'scores' in a:
+            top = a['scores'].flatten().sort(descending=True).values
+            assert torch.allclose(layer.router.threshold(), (top[16 * k - 1] + top[16 * k]) / 2, atol=1e-6)
+
+
+@pytest.mark.parametrize('model', ['mod', 'xmod'])
+def test_causal_fast_path_equals_naive_when_none_or_all_pass(model):
+    """forward_fast_causal gathers each sequence's taken tokens (padded to the batch's largest count) and equals the
+    naive path, with a sequence that takes nothing, one that takes everything and one in between; and a batch where
+    nothing passes at all."""
+    torch.manual_seed(0)
+    m = GPT(tiny(model, n_layer=5, capacity=0.25))
+    layer = routed_layers(m)[0]
+    x = torch.randn(3, 16, 32)
+    w = torch.rand(3, 16)
+    mask = torch.zeros(3, 16, dtype=torch.bool)
+    mask[1] = True                                       # every token passes
+    mask[2, [0, 3, 4, 9, 15]] = True                     # some pass; sequence 0: none
+    for mk in (mask, torch.zeros_like(mask)):
+        fast, naive = layer.forward_fast_causal(x, mk, w), layer.forward_naive(x, mk, w)
+        assert rel_err(fast, naive) <= 1e-5
+        assert torch.equal(fast[~mk], x[~mk])            # untaken tokens pass bit for bit
+    cost = []                                            # the block runs on (B, k_max) tokens, not (B, T)
+    h = layer.block.ln_1.register_forward_hook(lambda mod, args, out: cost.append(args[0].shape[:2]))
+    mask[1] = False
+    mask[1, :2] = True
+    layer.forward_fast_causal(x, mask, w)
+    h.remove()
+    assert cost == [torch.Size([3, 5])]
