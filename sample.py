@@ -28,6 +28,7 @@ max_new_tokens = 500        # tokens generated per sample
 temperature = 0.8           # < 1: more conservative, > 1: more diverse
 top_k = 200                 # keep only the top_k most likely tokens (0 = all)
 seed = 1337                 # the sampling draws
+use_cache = True            # KV cache: each new token runs each layer once (False: recompute the window)
 device = ''                 # '' = auto: cuda, then mps, then cpu
 dtype = ''                  # '' = bfloat16 on CUDA, float32 elsewhere
 show_routing = False        # also write out_dir/routing.png: each token of the first sample by its routed depth
@@ -79,7 +80,8 @@ def sample(argv):
     first = ids                           # the text the routing picture shows: the first sample, else the prompt
     with torch.no_grad(), ctx:
         for n in range(cfg.num_samples):
-            y = model.generate(x, cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k or None)
+            y = model.generate(x, cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k or None,
+                               use_cache=cfg.use_cache)
             # a padded vocabulary (gpt2: 50304) has ids the tokenizer lacks; an untrained id is never worth printing
             text_ids = [i for i in y[0].tolist() if i < meta['vocab_size']]
             first = text_ids if n == 0 else first
