@@ -11,19 +11,24 @@ RUNS: run directories, globs of them, or folders with runs below them, read by r
    LSE(a - alpha log N, b - beta log D, e), torch L-BFGS from the best points of a grid, its objective scaled so
    that its stopping tolerances bite (lbfgs_fit: the original fit's pitfall); tests check known parameters return.
 2. Full X-MoD runs (variance gate, balance > 0), each against its FLOP-matched dense partner of the same seed:
-   Delta = L_xmod - L_dense = log(rho) * (-g + tau*log(T/T0) + sigma*log(s/s0)), T0=128, s0=4, rho = params_total /
-   params_active, T = context, s = anchor stride; g = capacity_gain, tau = context_correction, sigma =
-   stride_interaction. Linear in (g, tau, sigma): an exact least-squares solve, each pair weighing the same. A term
-   the runs cannot constrain is left out and said so; each one is refitted away to show whether it earns its place.
+   Delta = L_xmod - L_dense = log(rho) * (-g + tau*log(T/T0) + sigma*log(s/s0) [+ kappa*log(D/D0)]
+   [+ omega*log(N/N0)]), rho = params_total / params_active, T = context, s = anchor stride, D = training tokens,
+   N = the partner's params_total; T0=128, s0=4, D0=2M, N0=787,584 (4 layers at width 128); g = capacity_gain, tau =
+   context_correction, sigma = stride_interaction (always in), kappa = budget_correction, omega = size_correction
+   (candidates). Linear in the terms: an exact least-squares solve, each pair weighing the same. A term the runs
+   cannot constrain is left out and said so; a candidate stays only if leaving it out makes the leave-one-
+   configuration-out RMSE of Delta worse by more than 5% (select_terms); every term is refitted away to show this.
 
-Held-out runs (--holdout) are left out of both fits and predicted: Delta's RMSE, R^2 and sign, L's relative error
-(dense law or observed partner, + Delta), the dense law's error on held-out dense runs. Intervals: 95% bootstrap
-percentiles over dense runs and over pairs, none where the runs cannot give one. Seed noise: the pooled std over
-seeds of L and of Delta. Both metrics are fitted; --metric is the primary one. --out gets fit.json, and from
-report.py summary.md and six plots; numbers are not rounded, undefined ones are null.
+Held-out runs (--holdout) are left out of both fits and the selection, and predicted: Delta's RMSE, R^2 and sign,
+each against its goal (heldout_goals), L's relative error (dense law or observed partner, + Delta), the dense law's
+error on held-out dense runs. Intervals: 95% bootstrap percentiles over dense runs and over pairs, the form held
+fixed, none where the runs cannot give one. Seed noise: the pooled std over seeds of L and of Delta. Both metrics
+are fitted; --metric is the primary one. --out gets fit.json, and from report.py summary.md and seven plots (one of
+them Delta against training tokens, seed mean +- 1 standard error); numbers are not rounded, undefined ones null.
 """
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -43,9 +48,12 @@ from runs import METRICS, WARNINGS, config_key, load_runs, mark_heldout, pair_he
 metric = 'val_loss_causal'   # the honest loss: causal routing, no peeking at later tokens
 bootstrap = 200              # bootstrap resamples for the 95% intervals
 seed = 0
-# the relative law's reference point: g reads as the gain per unit log rho at T=T0, s=S0
+# the relative law's reference point: g reads as the gain per unit log rho at T=T0, s=S0, D=D0, N=N0
 T0 = 128
 S0 = 4
+D0 = 2_000_000               # training tokens of the reference pair
+N0 = 787_584                 # params_total of the reference dense model (4 layers, width 128)
+SELECT_MARGIN = 0.05         # a candidate term stays only if the CV RMSE without it is > 5% worse
 # dense-law fit
 HUBER_DELTA = 1e-3
 OBJ_SCALE = 1.0 / HUBER_DELTA ** 2  # measure the summed Huber loss in units of delta^2 so L-BFGS's tolerances bite
@@ -53,8 +61,22 @@ LBFGS_ITERS = 2000
 N_STARTS = 8                 # L-BFGS runs from the best grid points of the full fit
 # -----------------------------------------------------------------------------
 
-TERMS = ('capacity_gain', 'context_correction', 'stride_interaction')
-FORM = 'delta = log(rho) * (-capacity_gain + context_correction*log(T/T0) + stride_interaction*log(s/s0))'
+BASE_TERMS = ('capacity_gain', 'context_correction', 'stride_interaction')  # the abstract's three: always in
+CANDIDATE_TERMS = ('budget_correction', 'size_correction')                  # in when they beat their removal
+TERMS = BASE_TERMS + CANDIDATE_TERMS
+# each term's factor of log(rho) in the form, and the variable a term other than the gain needs two values of
+FACTORS = {'capacity_gain': '-capacity_gain', 'context_correction': 'context_correction*log(T/T0)',
+           'stride_interaction': 'stride_interaction*log(s/s0)', 'budget_correction': 'budget_correction*log(D/D0)',
+           'size_correction': 'size_correction*log(N_act/N0)'}
+VARIABLES = {'context_correction': ('context length', 'T', 'T'), 'stride_interaction': ('stride', 'stride', 's'),
+             'budget_correction': ('budget', 'tokens', 'D'), 'size_correction': ('active size', 'N_act', 'N_act')}
+
+
+def form_of(terms):
+    return 'delta = log(rho) * (' + ' + '.join(FACTORS[t] for t in terms) + ')'
+
+
+FORM = form_of(BASE_TERMS)
 
 
 # -----------------------------------------------------------------------------
@@ -200,13 +222,16 @@ def dense_predict(dense, N, D):
 
 
 # -----------------------------------------------------------------------------
-# the relative law: Delta = log(rho) * (-g + tau log(T/T0) + sigma log(s/s0)), linear in (g, tau, sigma)
+# the relative law: Delta = log(rho) * (-g + tau log(T/T0) + sigma log(s/s0) [+ kappa log(D/D0)] [+ omega log(N/N0)]),
+# linear in its terms
 
 def rel_design(pairs, terms):
-    lr = np.array([math.log(p['rho']) for p in pairs])
-    cols = {'capacity_gain': -lr,
-            'context_correction': lr * np.log(np.array([p['T'] for p in pairs], dtype=np.float64) / T0),
-            'stride_interaction': lr * np.log(np.array([p['stride'] for p in pairs], dtype=np.float64) / S0)}
+    """(n_pairs, n_terms): each term's factor of log(rho), times log(rho)."""
+    col = lambda k: np.array([p[k] for p in pairs], dtype=np.float64)
+    lr = np.log(col('rho'))
+    cols = {'capacity_gain': -lr, 'context_correction': lr * np.log(col('T') / T0),
+            'stride_interaction': lr * np.log(col('stride') / S0), 'budget_correction': lr * np.log(col('tokens') / D0),
+            'size_correction': lr * np.log(col('N_act') / N0)}
     return np.stack([cols[t] for t in terms], 1) if terms else np.zeros((len(pairs), 0))
 
 
@@ -235,10 +260,9 @@ def identifiable_terms(pairs, terms=TERMS):
             active.append(t)
         elif not sparse:
             notes[t] = 'no pair with rho > 1'
-        elif t == 'context_correction' and len({p['T'] for p in sparse}) < 2:
-            notes[t] = f'a single context length (T={sparse[0]["T"]}): not constrained'
-        elif t == 'stride_interaction' and len({p['stride'] for p in sparse}) < 2:
-            notes[t] = f'a single stride (s={sparse[0]["stride"]}): not constrained'
+        elif t in VARIABLES and len({p[VARIABLES[t][1]] for p in sparse}) < 2:
+            what, key, symbol = VARIABLES[t]
+            notes[t] = f'a single {what} ({symbol}={sparse[0][key]:g}): not constrained'
         else:
             notes[t] = 'collinear with the other terms in these runs: not constrained'
     return active, notes
@@ -272,28 +296,103 @@ def loco_cv(pairs, terms):
     return float(np.sqrt(np.mean(np.square(errs))))
 
 
+def form_scores(fit, test, terms):
+    """One form's RMSE of Delta: on the fitted pairs, leave-one-configuration-out, and on the held-out pairs."""
+    y = np.array([p['delta'] for p in fit])
+    c = wls(rel_design(fit, terms), y) if terms else np.zeros(0)
+    return dict(terms=terms, fit_rmse=delta_metrics(y, rel_predict(fit, terms, c))['rmse'], cv_rmse=loco_cv(fit, terms),
+                heldout_rmse=delta_metrics(np.array([p['delta'] for p in test]), rel_predict(test, terms, c))['rmse'])
+
+
+def beats_removal(with_t, without_t):
+    """A term earns its place when the leave-one-configuration-out RMSE without it is worse by > SELECT_MARGIN."""
+    a, b = with_t['cv_rmse'], without_t['cv_rmse']
+    return a is not None and b is not None and b > (1 + SELECT_MARGIN) * a
+
+
+def cv_testable(pairs, terms):
+    """The terms that stay identified whichever configuration is left out. A term only one configuration can pin
+    down (the one pair at 4M tokens) is never tested on a configuration it was fitted without: in the folds that
+    leave that configuration out it drops out, and in the others it fits that configuration exactly."""
+    groups = {p['cfg_key'] for p in pairs}
+    folds = [identifiable_terms([p for p in pairs if p['cfg_key'] != g], terms)[0] for g in groups]
+    return [t for t in terms if all(t in f for f in folds)]
+
+
+def select_terms(fit, test, identified):
+    """Choose the form by held-out error (the --holdout pairs play no part): from all identified terms, drop the
+    candidate terms leave-one-configuration-out cannot test (cv_testable), then, while some candidate term does not
+    beat its own removal, the one whose removal leaves the lowest CV RMSE. The base terms stay whatever their scores
+    (the abstract names them); their verdict is reported beside the others'. Returns (kept terms, selection): every
+    form of the base terms plus some candidates, and each term's errors with and without it, against the chosen
+    form."""
+    scored = {}
+
+    def score(terms):
+        key = tuple(t for t in identified if t in terms)
+        if key not in scored:
+            scored[key] = form_scores(fit, test, list(key))
+        return scored[key]
+    testable = cv_testable(fit, identified)
+    kept = [t for t in identified if t in testable or t in BASE_TERMS]
+    while True:
+        losers = [t for t in kept if t in CANDIDATE_TERMS and not beats_removal(score(kept), score(set(kept) - {t}))]
+        if not losers:
+            break
+        kept.remove(min(losers, key=lambda t: score(set(kept) - {t})['cv_rmse'] or 0.0))
+    base, cands = [t for t in identified if t in BASE_TERMS], [t for t in identified if t in CANDIDATE_TERMS]
+    forms = [score(base + list(c)) for n in range(len(cands) + 1) for c in itertools.combinations(cands, n)]
+    terms = {}
+    for t in identified:
+        w, wo = score(set(kept) | {t}), score(set(kept) - {t})
+        terms[t] = dict(base=t in BASE_TERMS, kept=t in kept, cv_testable=t in testable,
+                        beats_removal=t in testable and beats_removal(w, wo),
+                        cv_rmse_with=w['cv_rmse'], cv_rmse_without=wo['cv_rmse'],
+                        heldout_rmse_with=w['heldout_rmse'], heldout_rmse_without=wo['heldout_rmse'])
+    dropped = [t for t in identified if t not in kept]
+    weak = [t for t in base if not terms[t]['beats_removal']]
+    summary = (f'Kept: {", ".join(kept)}. Dropped, not beating their removal: '
+               f'{", ".join(t for t in dropped if t in testable) or "none"}.'
+               + ''.join(f' Dropped, no held-out test: {t} (one configuration alone pins it down).' for t in dropped
+                         if t not in testable)
+               + (f' Base terms that do not beat their removal either, kept as the abstract\'s: {", ".join(weak)}.'
+                  if weak else ''))
+    return kept, dict(rule=f'a candidate term stays only if the leave-one-configuration-out RMSE of Delta without it '
+                      f'is more than {SELECT_MARGIN:.0%} worse than with it; base terms always stay',
+                      margin=SELECT_MARGIN, forms=forms, terms=terms, kept=kept, dropped=dropped, summary=summary)
+
+
 def run_relative(runs, metric, dense, delta_std, n_boot, rng):
     pairs = []
     for r in runs:
         if r['variant'] == 'xmod' and r['partner'] is not None:
-            pairs.append(dict(run=r, rho=r['rho'], T=r['T'], stride=r['stride'], heldout=pair_heldout(r),
+            pairs.append(dict(run=r, rho=r['rho'], T=r['T'], stride=r['stride'], tokens=r['tokens'],
+                              N_act=r['partner']['params_total'], heldout=pair_heldout(r),
                               cfg_key=config_key(r['config'], with_seed=False),
                               delta=r['loss'][metric] - r['partner']['loss'][metric]))
     fit, test = [p for p in pairs if not p['heldout']], [p for p in pairs if p['heldout']]
     sparse_fit = [p for p in fit if p['rho'] > 1 + 1e-12]
-    rel = dict(form=FORM, T0=T0, s0=S0, selection="model=='xmod' and gate=='variance' and balance>0, "
+    rel = dict(form=FORM, T0=T0, s0=S0, D0=D0, N0=N0, selection="model=='xmod' and gate=='variance' and balance>0, "
                'paired by seed with its FLOP-matched dense partner', n_pairs=len(fit), n_heldout_pairs=len(test),
                n_configs=len({p['cfg_key'] for p in fit}), contexts=sorted({p['T'] for p in sparse_fit}),
-               strides=sorted({p['stride'] for p in sparse_fit}),
+               strides=sorted({p['stride'] for p in sparse_fit}), budgets=sorted({p['tokens'] for p in sparse_fit}),
+               active_sizes=sorted({p['N_act'] for p in sparse_fit}),
                rho_range=[min(p['rho'] for p in fit), max(p['rho'] for p in fit)] if fit else None)
-    metrics = dict(fit=None, heldout=None, cv=None, ablation={})
-    active, notes = identifiable_terms(fit)
-    if not fit or not active:
+    metrics = dict(fit=None, heldout=None, cv=None, ablation={}, selection=None, goals=None)
+    identified, notes = identifiable_terms(fit)
+    if not fit or not identified:
         why = 'every full X-MoD pair is held out' if pairs and not fit else 'no full X-MoD pair with rho > 1 to fit'
         rel.update(fitted=False, note=why,
                    coefficients={t: dict(value=None, ci_low=None, ci_high=None, constrained=False,
                                          note=notes.get(t, 'not fitted')) for t in TERMS})
         return rel, metrics, pairs
+    active, metrics['selection'] = select_terms(fit, test, identified)
+    for t in identified:
+        if t not in active:
+            sel = metrics['selection']['terms'][t]
+            notes[t] = ('dropped: one configuration alone pins it down, so no held-out test' if not sel['cv_testable']
+                        else f'dropped by the selection: CV RMSE {report.fmt(sel["cv_rmse_without"])} without it, '
+                        f'{report.fmt(sel["cv_rmse_with"])} with it')
     y = np.array([p['delta'] for p in fit])
     X = rel_design(fit, active)
     coef = wls(X, y)
@@ -307,24 +406,41 @@ def run_relative(runs, metric, dense, delta_std, n_boot, rng):
     rel['coefficients'] = {t: dict(value=float(coef[active.index(t)]) if t in active else None,
                                    ci_low=ci[t][0] if t in active and ci[t] else None,
                                    ci_high=ci[t][1] if t in active and ci[t] else None,
-                                   constrained=t in active, note=notes.get(t, '')) for t in TERMS}
-    rel.update(fitted=True, active_terms=active, bootstrap=dict(n=n_boot, n_valid=len(samples)))
+                                   constrained=t in identified, note=notes.get(t, '')) for t in TERMS}
+    rel.update(form=form_of(active), fitted=True, active_terms=active, bootstrap=dict(n=n_boot, n_valid=len(samples)))
     for p in pairs:
         p['pred'] = float(rel_predict([p], active, coef)[0])
     metrics['fit'] = pair_metrics(fit, metric, dense, delta_std)
     metrics['heldout'] = pair_metrics(test, metric, dense, delta_std) if test else None
+    metrics['goals'] = heldout_goals(metrics['heldout'], delta_std)
     metrics['cv'] = dict(delta_rmse=loco_cv(fit, active), scheme='leave one configuration (all seeds) out')
     # ablations: refit with each term removed; a term earns its place if the errors grow without it
     for name, terms in [('full', active)] + [(f'no_{t}', [u for u in active if u != t]) for t in active]:
-        c = wls(rel_design(fit, terms), y) if terms else np.zeros(0)
-        metrics['ablation'][name] = dict(
-            terms=terms, fit_rmse=delta_metrics(y, rel_predict(fit, terms, c))['rmse'],
-            cv_rmse=loco_cv(fit, terms),
-            heldout_rmse=delta_metrics(np.array([p['delta'] for p in test]), rel_predict(test, terms, c))['rmse'])
+        metrics['ablation'][name] = form_scores(fit, test, terms)
     for t in TERMS:
         if t not in active:
             metrics['ablation'][f'no_{t}'] = dict(note=notes[t])
     return rel, metrics, pairs
+
+
+def heldout_goals(held, sd):
+    """The held-out goals, each 'met', 'not met' or 'untestable', with its numbers (sd: the seed std of Delta):
+    RMSE(Delta) <= max(0.01, 1.5 sd); the sign right on >= 90% of the pairs with abs(Delta) > 2 sd; R^2(Delta) >= 0.85
+    where the held-out Deltas span more than 3 sd."""
+    if not held:
+        return None
+    verdict = lambda ok: 'met' if ok else 'not met'
+    known = sd is not None
+    limit = max(0.01, 1.5 * sd) if known else 0.01  # without seed noise only an RMSE under 0.01 can be judged
+    r2_testable = known and held['r2'] is not None and held['delta_span'] > 3 * sd
+    return dict(
+        seed_std=sd,
+        rmse=dict(value=held['rmse'], limit=limit,
+                  status=verdict(held['rmse'] <= limit) if known or held['rmse'] <= limit else 'untestable'),
+        sign=dict(value=held['sign_acc_big'], n=held['n_big'], limit=0.9,
+                  status='untestable' if held['sign_acc_big'] is None else verdict(held['sign_acc_big'] >= 0.9)),
+        r2=dict(value=held['r2'], span=held['delta_span'], span_needed=3 * sd if known else None, limit=0.85,
+                status=verdict(held['r2'] >= 0.85) if r2_testable else 'untestable'))
 
 
 def pair_metrics(pairs, metric, dense, delta_std):
@@ -340,7 +456,7 @@ def pair_metrics(pairs, metric, dense, delta_std):
     big = np.abs(obs) > 2 * delta_std if delta_std else None
     out.update(L_rel_err_law_mean=float(rel_law.mean()), L_rel_err_law_max=float(rel_law.max()),
                L_rel_err_partner_mean=float(rel_part.mean()), L_rel_err_partner_max=float(rel_part.max()),
-               sign_acc=float(sign.mean()),
+               sign_acc=float(sign.mean()), delta_span=float(obs.max() - obs.min()),
                sign_acc_big=float(sign[big].mean()) if big is not None and big.any() else None,
                n_big=int(big.sum()) if big is not None else None)
     return out
@@ -396,11 +512,13 @@ def fit_metric(runs, metric, n_boot, seed_, dense_cache):
 
 
 def fitted_law(res):
-    """One metric's fitted laws as functions, L(N, D) and Delta(rho, T, s), for report.py's points and lines."""
+    """One metric's fitted laws as functions, L(N, D) and Delta(rho, T, s, D, N_act), for report.py's points and
+    lines; Delta's budget and active size default to the reference ones."""
     terms = res['relative'].get('active_terms', [])
     coef = np.array([res['relative']['coefficients'][t]['value'] for t in terms])
     return (lambda N, D: dense_predict(res['dense'], N, D),
-            lambda rho, T, s: float(rel_predict([dict(rho=rho, T=T, stride=s)], terms, coef)[0]))
+            lambda rho, T, s, D=D0, N_act=N0: float(rel_predict([dict(rho=rho, T=T, stride=s, tokens=D, N_act=N_act)],
+                                                                terms, coef)[0]))
 
 
 def check_fittable(runs, patterns):
@@ -475,14 +593,14 @@ def run(args):
                   inputs=dict(n_runs=len(runs), variants=variants, holdout=holdout,
                               n_heldout=sum(r['heldout'] for r in runs), bootstrap=args.bootstrap, seed=args.seed),
                   warnings=list(WARNINGS), **by_metric[args.metric], by_metric=by_metric,
-                  runs=[run_row(r) for r in runs])
+                  delta_vs_tokens=report.delta_vs_tokens(runs), runs=[run_row(r) for r in runs])
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, 'fit.json'), 'w') as f:
         json.dump(to_json(result), f, indent=1)
     with open(os.path.join(args.out, 'summary.md'), 'w') as f:
         f.write(report.summary_md(result, runs))
     n_plots = len(report.make_plots(args.out, runs, pairs_by_metric[args.metric], by_metric[args.metric],
-                                    args.metric, fitted_law(by_metric[args.metric])))
+                                    args.metric, fitted_law(by_metric[args.metric]), result['delta_vs_tokens']))
     report.print_summary(result, args.out, n_plots)
     return result
 

@@ -1,6 +1,7 @@
 """
-report.py: what fit_law.py found, for people: summary.md, the six plots and the lines it prints. It fits nothing:
-the fitted laws come in as functions (fit_law.fitted_law). A plot whose data is absent says so instead of failing.
+report.py: what fit_law.py found, for people: summary.md, the seven plots and the lines it prints, and the table of
+Delta against training tokens. It fits nothing: the fitted laws come in as functions (fit_law.fitted_law). A plot
+whose data is absent says so instead of failing.
 """
 
 import math
@@ -8,13 +9,14 @@ import os
 
 import numpy as np
 
-from runs import config_key
+from runs import METRICS, config_key
 
 # -----------------------------------------------------------------------------
 # plots
 
 COLORS = {'dense': 'black', 'mod': 'tab:orange', 'xmod': 'tab:blue', 'moe': 'tab:green', 'xmod-plain': 'tab:purple',
           'xmod-nobal': 'tab:cyan', 'xmod-plain-nobal': 'tab:pink'}
+BASE = ('capacity_gain', 'context_correction', 'stride_interaction')  # fit_law.BASE_TERMS: the terms lines need no D, N
 MARKERS = {'dense': 'o', 'mod': 's', 'xmod': '^', 'moe': 'D', 'xmod-plain': 'v', 'xmod-nobal': '<',
            'xmod-plain-nobal': '>'}
 
@@ -112,8 +114,9 @@ def plot_delta_vs_logrho(axes, pairs, rel, law_delta):
                 T, s = (ref, v) if key == 'stride' else (v, ref)
                 ax.plot(xs, [law_delta(math.exp(x), T, s) for x in xs], color=c, lw=1)
         ax.axhline(0, c='0.6', lw=0.6)
+        at_ref = ', D=D0, N_act=N0' if set(rel.get('active_terms', [])) - set(BASE) else ''
         ax.set(xlabel='log rho (total / active params)', ylabel='Delta (nats)',
-               title=f'one line per {key} (law at {other}={ref}; red ring = held out)')
+               title=f'one line per {key} (law at {other}={ref}{at_ref}; red ring = held out)')
         ax.legend(fontsize=7)
 
 
@@ -180,8 +183,58 @@ def plot_training_curves(ax, runs, metric):
     ax.legend(fontsize=7)
 
 
-def make_plots(out, runs, pairs, res, metric, law):
-    """The six plots of one metric; law = (L(N, D), Delta(rho, T, s)), the fitted laws as functions."""
+def config_label(r):
+    return f'{shape_label(r)} d{r["n_embd"]} {r["tokens"] / 1e6:.2g}M'
+
+
+def delta_vs_tokens(runs, min_seeds=2):
+    """Delta = L_sparse - L_dense of each pair at every evaluation both runs logged (log.csv rows with the same
+    tokens), for each sparse configuration with >= min_seeds seeds paired, most seeds first:
+    {label: {seeds, runs, <metric>: [{tokens, n, mean, se}]}}, se = std over seeds / sqrt(n), null for one seed."""
+    by = {}
+    for r in runs:
+        if r['partner'] is not None:
+            by.setdefault(config_key(r['config'], with_seed=False), []).append(r)
+    table = {}
+    for rs in sorted(by.values(), key=lambda rs: (-len(rs), config_label(rs[0]))):
+        if len(rs) < min_seeds:
+            continue
+        entry = dict(seeds=sorted(r['seed'] for r in rs), runs=sorted(r['name'] for r in rs))
+        for m in METRICS:
+            at = {}  # tokens -> [Delta of each seed]
+            for r in rs:
+                log, plog = r['log'], r['partner']['log']
+                tokens, i, j = np.intersect1d(log['tokens'], plog['tokens'], return_indices=True)
+                for tok, a, b in zip(tokens, i, j):
+                    at.setdefault(float(tok), []).append(float(log[m][a] - plog[m][b]))
+            entry[m] = [dict(tokens=tok, n=len(d), mean=float(np.mean(d)),
+                             se=float(np.std(d, ddof=1) / math.sqrt(len(d))) if len(d) > 1 else None)
+                        for tok, d in sorted(at.items())]
+        label = config_label(rs[0])
+        table[label if label not in table else f'{label} ({len(table)})'] = entry
+    return table
+
+
+def plot_delta_vs_tokens(axes, table):
+    if not table:
+        return empty_note(axes[0], 'no sparse configuration with >= 2 seeds and dense partners')
+    for ax, (label, e) in zip(axes, table.items()):
+        for m, c, name in (('val_loss_causal', 'tab:blue', 'causal'), ('val_loss', 'tab:orange', 'top-k')):
+            rows = [row for row in e[m] if row['tokens'] > 0]  # at step 0 neither model has trained
+            x = [row['tokens'] for row in rows]
+            mean = np.array([row['mean'] for row in rows])
+            se = np.array([np.nan if row['se'] is None else row['se'] for row in rows])
+            ax.plot(x, mean, color=c, marker='o', ms=3, label=f'{name}: mean over seeds')
+            ax.fill_between(x, mean - se, mean + se, color=c, alpha=0.25, lw=0)
+        ax.axhline(0, c='0.6', lw=0.6)
+        ax.set(xlabel='training tokens', ylabel='Delta vs FLOP-matched dense (nats)',
+               title=f'{label}, {len(e["seeds"])} seeds\n(band: mean +- 1 standard error; step 0 not shown)')
+        ax.legend(fontsize=7)
+
+
+def make_plots(out, runs, pairs, res, metric, law, dvt):
+    """The seven plots of one metric; law = (L(N, D), Delta(rho, T, s, ...)), the fitted laws as functions;
+    dvt = delta_vs_tokens(runs), one panel per configuration (at most 4)."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -190,7 +243,8 @@ def make_plots(out, runs, pairs, res, metric, law):
              ('pred_vs_obs', 2, lambda a: plot_pred_vs_obs(a, runs, pairs, law[0], metric)),
              ('delta_vs_logrho', 2, lambda a: plot_delta_vs_logrho(a, pairs, res['relative'], law[1])),
              ('ablations', 1, lambda a: plot_ablations(a[0], runs, metric)),
-             ('training_curves', 1, lambda a: plot_training_curves(a[0], runs, metric))]
+             ('training_curves', 1, lambda a: plot_training_curves(a[0], runs, metric)),
+             ('delta_vs_tokens', min(4, max(1, len(dvt))), lambda a: plot_delta_vs_tokens(a, dvt))]
     paths = []
     for name, n, draw in specs:
         fig, axes = plt.subplots(1, n, figsize=(6.5 * n, 4.8), squeeze=False)
@@ -236,7 +290,7 @@ def summary_md(result, runs):
     s.append(md_table(['', *(f'{m} (95% CI)' for m in metrics)], rows) + '\n')
     rel = result['relative']
     s.append(f'## Relative law (full X-MoD vs FLOP-matched dense)\n\n`{rel["form"]}`, T0={rel["T0"]}, '
-             f's0={rel["s0"]}\n')
+             f's0={rel["s0"]}, D0={rel["D0"]:g}, N0={rel["N0"]:g}\n')
     rows = [[t] + [with_interval(c['value'], c['ci_low'], c['ci_high'], '.5g') if c['value'] is not None
                    else f'not fitted: {c["note"]}' for c in (bm[m]['relative']['coefficients'][t] for m in metrics)]
             for t in rel['coefficients']]
@@ -265,6 +319,9 @@ def summary_md(result, runs):
             rows.append([m, name, fmt(a.get('fit_rmse')), fmt(a.get('cv_rmse')), fmt(a.get('heldout_rmse')),
                          a.get('note', '')])
     s.append(md_table(['metric', 'model', 'fit RMSE', 'CV RMSE', 'held-out RMSE', 'note'], rows) + '\n')
+    s.append(selection_md(bm))
+    s.append(goals_md(bm))
+    s.append(delta_vs_tokens_md(result['delta_vs_tokens']))
     s.append('## Runs\n')
     m, o = result['metric'], [x for x in metrics if x != result['metric']][0]
     rows = []
@@ -278,6 +335,59 @@ def summary_md(result, runs):
     s.append(md_table(['run', 'model', 'n_layer', 'stride', 'capacity', 'T', 'rho', f'L ({m})', 'partner L',
                        'Delta', f'Delta ({o})', ''], rows) + '\n')
     return '\n'.join(s)
+
+
+def selection_md(bm):
+    """Each term's Delta RMSE with and without it (CV: leave one configuration out; held out: the --holdout pairs),
+    against the chosen form, and every form of the base terms plus some candidates."""
+    sel = {m: bm[m]['metrics'].get('selection') for m in bm}
+    if not any(sel.values()):
+        return ''
+    rule = next(x['rule'] for x in sel.values() if x)
+    s = ['## Form selection by held-out error\n', f'Rule: {rule}.\n']
+    s += [f'- {m}: {x["summary"]}' for m, x in sel.items() if x]
+    rows = [[m, t, 'base' if e['base'] else 'candidate', fmt(e['cv_rmse_with']), fmt(e['cv_rmse_without']),
+             fmt(e['heldout_rmse_with']), fmt(e['heldout_rmse_without']), 'yes' if e['beats_removal'] else 'no',
+             'yes' if e['kept'] else 'no'] for m, x in sel.items() if x for t, e in x['terms'].items()]
+    s.append('\n' + md_table(['metric', 'term', 'kind', 'CV RMSE with', 'CV RMSE without', 'held-out RMSE with',
+                              'held-out RMSE without', 'beats its removal', 'kept'], rows) + '\n')
+    rows = [[m, ', '.join(f['terms']), fmt(f['cv_rmse']), fmt(f['heldout_rmse'])]
+            for m, x in sel.items() if x for f in x['forms']]
+    s.append(md_table(['metric', 'form (terms)', 'CV RMSE', 'held-out RMSE'], rows) + '\n')
+    return '\n'.join(s)
+
+
+def goal_texts(g):
+    """The three held-out goals in words, each with its verdict."""
+    r, sg, q = g['rmse'], g['sign'], g['r2']
+    right = '-' if sg['value'] is None else f'{round(sg["value"] * sg["n"])}/{sg["n"]}'
+    return [f'RMSE(Delta) {fmt(r["value"])} (goal <= {fmt(r["limit"])}, max(0.01, 1.5 seed std)): {r["status"]}',
+            f'sign right on {right} pairs with abs(Delta) > 2 seed std (goal >= 90%): {sg["status"]}',
+            f'R^2(Delta) {fmt(q["value"])} (goal >= 0.85 where the held-out Deltas span > 3 seed std = '
+            f'{fmt(q["span_needed"])}; span {fmt(q["span"])}): {q["status"]}']
+
+
+def goals_md(bm):
+    rows = [[m] + goal_texts(bm[m]['metrics']['goals']) for m in bm if bm[m]['metrics'].get('goals')]
+    if not rows:
+        return ''
+    return ('## Held-out goals (seed std: the seed noise of Delta)\n\n'
+            + md_table(['metric', 'RMSE', 'sign', 'R^2'], rows) + '\n')
+
+
+def delta_vs_tokens_md(table):
+    s = ['## Delta against training tokens (delta_vs_tokens.png)\n',
+         'Mean over seeds +- 1 standard error, at every evaluation a run and its dense partner both logged.\n']
+    if not table:
+        return '\n'.join(s + ['No sparse configuration has 2 seeds or more with dense partners.\n'])
+    pm = lambda row: ('-' if row is None else f'{row["mean"]:+.4f}'
+                      + ('' if row['se'] is None else f' +- {row["se"]:.4f}'))
+    rows = []
+    for label, e in table.items():
+        topk = {row['tokens']: row for row in e['val_loss']}
+        rows += [[label, len(e['seeds']), f'{row["tokens"]:.0f}', pm(row), pm(topk.get(row['tokens']))]
+                 for row in e['val_loss_causal']]
+    return '\n'.join(s + [md_table(['config', 'seeds', 'tokens', 'Delta causal', 'Delta top-k'], rows) + '\n'])
 
 
 def print_summary(result, out, n_plots):
@@ -299,4 +409,7 @@ def print_summary(result, out, n_plots):
         print(f'[{m}] relative ({r["relative"]["n_pairs"]} pairs): {terms}; Delta rmse fit {fmt(fit.get("rmse"))}, '
               f'held out {fmt(held.get("rmse"))} (R^2 {fmt(held.get("r2"))}); seed noise L '
               f'{fmt(r["metrics"]["seed_noise"]["loss_std"])}, Delta {fmt(r["metrics"]["seed_noise"]["delta_std"])}')
+        print(f'[{m}] form: {r["metrics"]["selection"]["summary"]}')
+        if r['metrics']['goals']:
+            print(f'[{m}] held-out goals: ' + '; '.join(goal_texts(r['metrics']['goals'])))
     print(f'wrote {os.path.join(out, "fit.json")}, summary.md and {n_plots} plots')
