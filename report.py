@@ -6,6 +6,7 @@ whose data is absent says so instead of failing.
 
 import math
 import os
+from collections import defaultdict
 
 import numpy as np
 
@@ -14,11 +15,13 @@ from runs import METRICS, config_key
 # -----------------------------------------------------------------------------
 # plots
 
-COLORS = {'dense': 'black', 'mod': 'tab:orange', 'xmod': 'tab:blue', 'moe': 'tab:green', 'xmod-plain': 'tab:purple',
-          'xmod-nobal': 'tab:cyan', 'xmod-plain-nobal': 'tab:pink'}
+# a variant not named here (a router-knob ablation such as 'xmod-mom0') is drawn grey with a star
+COLORS = defaultdict(lambda: 'tab:gray', {'dense': 'black', 'mod': 'tab:orange', 'xmod': 'tab:blue', 'moe': 'tab:green',
+                                          'xmod-plain': 'tab:purple', 'xmod-nobal': 'tab:cyan',
+                                          'xmod-plain-nobal': 'tab:pink'})
 BASE = ('capacity_gain', 'context_correction', 'stride_interaction')  # fit_law.BASE_TERMS: the terms lines need no D, N
-MARKERS = {'dense': 'o', 'mod': 's', 'xmod': '^', 'moe': 'D', 'xmod-plain': 'v', 'xmod-nobal': '<',
-           'xmod-plain-nobal': '>'}
+MARKERS = defaultdict(lambda: '*', {'dense': 'o', 'mod': 's', 'xmod': '^', 'moe': 'D', 'xmod-plain': 'v',
+                                    'xmod-nobal': '<', 'xmod-plain-nobal': '>'})
 
 
 def empty_note(ax, text):

@@ -126,10 +126,15 @@ def model_of(meta, path):
 
 
 def variant(mc):
-    """The family, with X-MoD's ablations told apart: 'xmod' is the full recipe."""
+    """The family, with X-MoD's ablations told apart: 'xmod' is the full recipe; a router knob away from its default
+    is named with its value (e.g. 'xmod-mom0' for the per-step quantile threshold), so the law never mixes them in."""
     if mc.model != 'xmod':
         return mc.model
-    return 'xmod' + ('' if mc.gate == 'variance' else '-plain') + ('' if mc.balance > 0 else '-nobal')
+    name = 'xmod' + ('' if mc.gate == 'variance' else '-plain') + ('' if mc.balance > 0 else '-nobal')
+    for field, short in (('router_aux', 'bce'), ('router_momentum', 'mom'), ('router_zloss', 'z')):
+        if getattr(mc, field) != getattr(xmod.GPTConfig, field):
+            name += f'-{short}{getattr(mc, field):g}'
+    return name
 
 
 def config_key(cfg, with_seed=True):

@@ -73,7 +73,8 @@ capacity = 0.125            # fraction of a sequence's tokens a routed layer tak
 gate = ''                   # 'variance' (X-MoD) | 'plain' (MoD) | '' = the family's default
 balance = -1.0              # depth-balance loss coefficient; 0 = off; < 0 = the family's default (xmod 0.1, mod 0)
 router_aux = GPTConfig.router_aux                 # weight of the router's BCE (learns to predict its top-k choice)
-router_momentum = GPTConfig.router_momentum       # EMA momentum of the causal threshold
+router_momentum = GPTConfig.router_momentum       # EMA momentum of the causal threshold (0 = each step's quantile)
+router_zloss = GPTConfig.router_zloss             # ablation: weight of a penalty on the routers' mean squared score
 n_expert = 8                # moe: experts per layer
 expert_top_k = 2            # moe: experts per token
 expert_hidden = 0           # 0 = 4*n_embd/expert_top_k, so the active parameters match a dense MLP
@@ -112,7 +113,8 @@ def model_config(cfg, vocab_size):
     config that routes every token is a dense model in disguise: refused when FLOP matching led there."""
     args = dict(block_size=cfg.block_size, vocab_size=vocab_size, n_head=cfg.n_head, n_embd=cfg.n_embd,
                 dropout=cfg.dropout, bias=cfg.bias, impl=cfg.impl, stride=cfg.stride, capacity=cfg.capacity,
-                router_aux=cfg.router_aux, router_momentum=cfg.router_momentum, n_expert=cfg.n_expert,
+                router_aux=cfg.router_aux, router_momentum=cfg.router_momentum,
+                router_zloss=cfg.router_zloss, n_expert=cfg.n_expert,
                 expert_top_k=cfg.expert_top_k, expert_hidden=cfg.expert_hidden or None,
                 expert_capacity_factor=cfg.expert_capacity_factor, moe_aux=cfg.moe_aux, moe_zloss=cfg.moe_zloss)
     knobs = dict(gate=cfg.gate or None, balance=cfg.balance if cfg.balance >= 0 else None)   # None: family default

@@ -52,7 +52,8 @@ class GPTConfig:
     gate: Optional[str] = None      # 'variance' (X-MoD) | 'plain' (MoD's raw router weight); None = family default
     balance: Optional[float] = None  # depth-balance loss coefficient; None = family default (xmod 0.1, mod 0)
     router_aux: float = 0.1         # BCE loss teaching the router to predict its own top-k choice (causal routing)
-    router_momentum: float = 0.9    # EMA momentum of the calibrated causal threshold
+    router_momentum: float = 0.9    # EMA momentum of the calibrated causal threshold (0 = each step's own quantile)
+    router_zloss: float = 0.0       # ablation: penalty on the routers' mean squared score (keeps scores unsaturated)
     # mixture of experts (moe)
     n_expert: int = 8
     expert_top_k: int = 2
@@ -88,8 +89,9 @@ class GPTConfig:
             bad('gate', ' | '.join(GATES))
         if self.balance is None:
             self.balance = 0.1 if self.model == 'xmod' else 0.0
-        if self.balance < 0 or self.router_aux < 0 or self.moe_aux < 0 or self.moe_zloss < 0:
-            bad('balance' if self.balance < 0 else 'router_aux', 'a coefficient >= 0')
+        for name in ('balance', 'router_aux', 'router_zloss', 'moe_aux', 'moe_zloss'):
+            if getattr(self, name) < 0:
+                bad(name, 'a coefficient >= 0')
         if not 0.0 <= self.router_momentum < 1.0:
             bad('router_momentum', 'a number in [0, 1)')
         if self.expert_top_k > self.n_expert:
@@ -608,8 +610,8 @@ class GPT(nn.Module):
     def loss_weights(self):
         """Each auxiliary loss's coefficient in the training loss (the LM loss has weight 1)."""
         c = self.config
-        return {'router_bce': c.router_aux, 'depth_balance': c.balance, 'moe_balance': c.moe_aux,
-                'moe_zloss': c.moe_zloss}
+        return {'router_bce': c.router_aux, 'depth_balance': c.balance, 'router_zloss': c.router_zloss,
+                'moe_balance': c.moe_aux, 'moe_zloss': c.moe_zloss}
 
     def aux_losses(self, layers, T):
         """The auxiliary losses, unweighted, from what the layers returned (`layers`: one aux dict per layer).
@@ -621,6 +623,8 @@ class GPT(nn.Module):
             losses['router_bce'] = torch.stack([a['router_bce'] for a in routed]).mean()
             target = len(routed) * capacity_k(self.config.capacity, T) / T    # c * R, with c as realised at T
             losses['depth_balance'] = depth_balance_loss(torch.stack([a['soft'] for a in routed]), target)
+            if self.config.router_zloss > 0:    # an ablation, off by default: logged only when it is on
+                losses['router_zloss'] = torch.stack([a['scores'].square().mean() for a in routed]).mean()
         if moe:
             losses['moe_balance'] = sum(a['moe_balance'] for a in moe) / len(moe)
             losses['moe_zloss'] = sum(a['moe_zloss'] for a in moe) / len(moe)

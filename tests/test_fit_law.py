@@ -44,7 +44,7 @@ def make_run(root, name, model='dense', n_layer=4, stride=1, capacity=1.0, block
     tokens_per_iter = 8 * block_size
     config = dict(model=model, n_layer=n_layer, n_head=4, n_embd=N_EMBD, block_size=block_size, batch_size=8,
                   gradient_accumulation_steps=1, stride=stride, capacity=capacity, gate=gate, balance=balance,
-                  router_aux=0.01, n_expert=8, expert_top_k=2, seed=seed, max_iters=0, max_tokens=tokens,
+                  router_aux=0.1, n_expert=8, expert_top_k=2, seed=seed, max_iters=0, max_tokens=tokens,
                   max_flops=0.0, learning_rate=1e-3, dataset='synthetic', out_dir=d)
     config.update(config_extra)
     rows = []
@@ -663,3 +663,13 @@ def test_model_is_read_through_xmod(tmp_path):
     assert runs['mod']['stride'] == 2 and runs['mod']['variant'] == 'mod' and runs['mod']['config']['gate'] == 'plain'
     assert runs['x']['stride'] == 4 and runs['x']['variant'] == 'xmod-plain-nobal'
     assert runs['x']['config']['gate'] == 'plain'  # what --holdout sees
+
+
+def test_router_knob_ablations_are_named_and_kept_out_of_the_law(tmp_path):
+    """A run with a router knob away from its default is its own variant (never fitted as full X-MoD)."""
+    make_run(tmp_path, 'ref', model='xmod', n_layer=12, stride=4, capacity=0.125)
+    for name, knob in (('mom', dict(router_momentum=0.0)), ('bce', dict(router_aux=1.0)),
+                       ('z', dict(router_zloss=0.01))):
+        make_run(tmp_path, name, model='xmod', n_layer=12, stride=4, capacity=0.125, **knob)
+    runs = {r['name']: r['variant'] for r in load_runs([str(tmp_path)])}
+    assert runs == {'ref': 'xmod', 'mom': 'xmod-mom0', 'bce': 'xmod-bce1', 'z': 'xmod-z0.01'}

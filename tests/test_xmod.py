@@ -527,3 +527,27 @@ def test_causal_fast_path_equals_naive_when_none_or_all_pass(model):
     layer.forward_fast_causal(x, mask, w)
     h.remove()
     assert cost == [torch.Size([3, 5])]
+
+
+def test_router_zloss_is_the_mean_squared_score_and_off_by_default():
+    """The router z-loss ablation: in the loss with its weight only when on; its value is the routed layers' mean
+    squared score; it trains the routers."""
+    idx, tgt = batch(2, 32)
+    torch.manual_seed(0)
+    off = GPT(tiny('xmod'))
+    _, _, aux = off(idx, tgt, return_aux=True)
+    assert 'router_zloss' not in aux['losses']
+    torch.manual_seed(0)
+    model = GPT(tiny('xmod', router_zloss=0.5))
+    _, loss, aux = model(idx, tgt, return_aux=True)
+    scores = [a['scores'] for a in aux['layers'] if 'router_bce' in a]
+    expect = torch.stack([s.square().mean() for s in scores]).mean()
+    assert torch.allclose(aux['losses']['router_zloss'], expect)
+    others = sum(model.loss_weights()[k] * v for k, v in aux['losses'].items() if k not in ('lm', 'router_zloss'))
+    assert torch.allclose(loss, aux['losses']['lm'] + others + 0.5 * expect, atol=1e-6)
+    model.zero_grad()
+    (0.5 * expect).backward()
+    routers = [m.router.weight.grad for m in model.modules() if isinstance(m, RoutedBlock)]
+    assert routers and all(g is not None and g.abs().sum() > 0 for g in routers)
+    with pytest.raises(ValueError, match='router_zloss'):
+        tiny('xmod', router_zloss=-1.0)

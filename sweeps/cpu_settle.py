@@ -1,0 +1,41 @@
+"""cpu_settle: what cpu_medium left unsettled, at cpu_small's recipe and scale (width 128, context 128, 2M tokens
+unless said). About two hours on 2 CPU cores (2 runs at a time); resumable like every sweep.
+
+    python sweep.py sweeps/cpu_settle.py
+    python fit_law.py results/cpu_small/runs results/cpu_medium/runs results/cpu_settle/runs --out results/cpu_settle
+
+1. Statistical power. cpu_medium's 6 seeds per arm gave a seed std of the paired Delta of ~0.012 at T=128 and ~0.008
+   at T=256, so a standard error of 0.0049 and 0.0034; 0.003 needs about 16 and 8 seeds. Seeds 6-15 at T=128 and
+   6-7 at T=256.
+2. Fixes, paired by seed with the reference X-MoD (seeds 0-2 at 2M tokens, seed 0 at 4M), each one knob away from it
+   (README, "Why the gain fades"): the causal threshold as each step's own quantile (router_momentum=0), a 10x
+   heavier router BCE (router_aux=1.0), a penalty on the routers' squared scores (router_zloss=0.01).
+"""
+import os
+import runpy
+
+name = 'cpu_settle'
+jobs = 2
+M = 1_000_000
+
+small = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'cpu_small.py'))
+common = small['common']
+run, dense, xmod = small['builders'](tokens_per_iter=2048, width=128, tokens=2 * M, block_size=128)
+
+
+def pair(seed, **kw):
+    if kw.get('block_size') == 256:
+        return [dense(4, seed=seed, **kw), xmod(4, 0, 4, capacity=0.125, tag='_T256', seed=seed, **kw)]
+    return [dense(4, seed=seed, **kw), xmod(4, 12, 4, seed=seed, **kw)]
+
+
+FIXES = [dict(router_momentum=0.0, tag='_mom0'), dict(router_aux=1.0, tag='_bce1'),
+         dict(router_zloss=0.01, tag='_z0.01')]
+
+runs = [
+    *[r for s in range(6, 11) for r in pair(s)],                                    # power, T=128, first half
+    *[xmod(4, 12, 4, seed=s, **fix) for fix in FIXES for s in (0, 1, 2)],           # fixes at 2M tokens
+    *[r for s in range(11, 16) for r in pair(s)],                                   # power, T=128, second half
+    *[r for s in (6, 7) for r in pair(s, block_size=256)],                          # power, T=256
+    *[xmod(4, 12, 4, tokens=4 * M, **fix) for fix in FIXES],                        # fixes at 4M tokens
+]
