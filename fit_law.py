@@ -12,10 +12,10 @@ RUNS: run directories, globs of them, or folders with runs below them, read by r
    that its stopping tolerances bite (lbfgs_fit: the original fit's pitfall); tests check known parameters return.
 2. Full X-MoD runs (variance gate, balance > 0), each against its FLOP-matched dense partner of the same seed:
    Delta = L_xmod - L_dense = log(rho) * (-g + tau*log(T/T0) + sigma*log(s/s0) [+ kappa*log(D/D0)]
-   [+ omega*log(N/N0)]), rho = params_total / params_active, T = context, s = anchor stride, D = training tokens,
+   [+ omega*log(N/N0)]) [+ kappa0*log(D/D0)], rho = params_total / params_active, T = context, s = anchor stride, D = training tokens,
    N = the partner's params_total; T0=128, s0=4, D0=2M, N0=787,584 (4 layers at width 128); g = capacity_gain, tau =
-   context_correction, sigma = stride_interaction (always in), kappa = budget_correction, omega = size_correction
-   (candidates). Linear in the terms: an exact least-squares solve, each pair weighing the same. A term the runs
+   context_correction, sigma = stride_interaction (always in), kappa = budget_correction, omega = size_correction,
+   kappa0 = budget_offset (candidates; kappa0 alone is not scaled by log rho). Linear in the terms: an exact least-squares solve, each pair weighing the same. A term the runs
    cannot constrain is left out and said so; a candidate stays only if leaving it out makes the leave-one-
    configuration-out RMSE of Delta worse by more than 5% (select_terms); every term is refitted away to show this.
 
@@ -62,18 +62,23 @@ N_STARTS = 8                 # L-BFGS runs from the best grid points of the full
 # -----------------------------------------------------------------------------
 
 BASE_TERMS = ('capacity_gain', 'context_correction', 'stride_interaction')  # the abstract's three: always in
-CANDIDATE_TERMS = ('budget_correction', 'size_correction')                  # in when they beat their removal
+CANDIDATE_TERMS = ('budget_correction', 'size_correction', 'budget_offset')  # in when they beat their removal
 TERMS = BASE_TERMS + CANDIDATE_TERMS
-# each term's factor of log(rho) in the form, and the variable a term other than the gain needs two values of
+OUTSIDE = ('budget_offset',)   # added to Delta, not scaling log(rho): a budget trend that sparsity does not set
+# each term's factor of log(rho) in the form (or, for OUTSIDE, its addend), and the variable a term other than the
+# gain needs two values of
 FACTORS = {'capacity_gain': '-capacity_gain', 'context_correction': 'context_correction*log(T/T0)',
            'stride_interaction': 'stride_interaction*log(s/s0)', 'budget_correction': 'budget_correction*log(D/D0)',
-           'size_correction': 'size_correction*log(N_act/N0)'}
+           'size_correction': 'size_correction*log(N_act/N0)', 'budget_offset': 'budget_offset*log(D/D0)'}
 VARIABLES = {'context_correction': ('context length', 'T', 'T'), 'stride_interaction': ('stride', 'stride', 's'),
-             'budget_correction': ('budget', 'tokens', 'D'), 'size_correction': ('active size', 'N_act', 'N_act')}
+             'budget_correction': ('budget', 'tokens', 'D'), 'size_correction': ('active size', 'N_act', 'N_act'),
+             'budget_offset': ('budget', 'tokens', 'D')}
 
 
 def form_of(terms):
-    return 'delta = log(rho) * (' + ' + '.join(FACTORS[t] for t in terms) + ')'
+    inside = [FACTORS[t] for t in terms if t not in OUTSIDE]
+    return 'delta = log(rho) * (' + ' + '.join(inside) + ')' + ''.join(f' + {FACTORS[t]}' for t in terms
+                                                                        if t in OUTSIDE)
 
 
 FORM = form_of(BASE_TERMS)
@@ -222,16 +227,16 @@ def dense_predict(dense, N, D):
 
 
 # -----------------------------------------------------------------------------
-# the relative law: Delta = log(rho) * (-g + tau log(T/T0) + sigma log(s/s0) [+ kappa log(D/D0)] [+ omega log(N/N0)]),
-# linear in its terms
+# the relative law: Delta = log(rho) * (-g + tau log(T/T0) + sigma log(s/s0) [+ kappa log(D/D0)] [+ omega log(N/N0)])
+# [+ kappa0 log(D/D0)], linear in its terms
 
 def rel_design(pairs, terms):
-    """(n_pairs, n_terms): each term's factor of log(rho), times log(rho)."""
+    """(n_pairs, n_terms): each term's factor of log(rho), times log(rho); an OUTSIDE term's addend as it is."""
     col = lambda k: np.array([p[k] for p in pairs], dtype=np.float64)
     lr = np.log(col('rho'))
     cols = {'capacity_gain': -lr, 'context_correction': lr * np.log(col('T') / T0),
             'stride_interaction': lr * np.log(col('stride') / S0), 'budget_correction': lr * np.log(col('tokens') / D0),
-            'size_correction': lr * np.log(col('N_act') / N0)}
+            'size_correction': lr * np.log(col('N_act') / N0), 'budget_offset': np.log(col('tokens') / D0)}
     return np.stack([cols[t] for t in terms], 1) if terms else np.zeros((len(pairs), 0))
 
 

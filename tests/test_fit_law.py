@@ -272,7 +272,7 @@ def test_tiny_sweep_degrades_gracefully(tmp_path, capsys):
 # -----------------------------------------------------------------------------
 # the law's other axes (budget, active size), the form chosen by held-out error, the held-out goals
 
-def make_axes_sweep(root, kappa=0.0, omega=0.0, budgets=(2 ** 19, 2 ** 20, 2 ** 21), depths=(3, 4, 6)):
+def make_axes_sweep(root, kappa=0.0, omega=0.0, offset=0.0, budgets=(2 ** 19, 2 ** 20, 2 ** 21), depths=(3, 4, 6)):
     """Full X-MoD pairs at T=128 for strides 2/4/8 (c=0.125), 2 seeds, at several budgets D and against dense
     partners of several depths (N_act): Delta = TRUE_REL's + log(rho) * (kappa log(D/D0) + omega log(N_act/N0))."""
     rng = np.random.default_rng(7)
@@ -287,7 +287,8 @@ def make_axes_sweep(root, kappa=0.0, omega=0.0, budgets=(2 ** 19, 2 ** 20, 2 ** 
                     L_tot, L_act = xmod_shape(s, 0.125, depth)
                     rho = L_tot / L_act
                     d = (true_delta(rho, 128, s) + math.log(rho) * (kappa * math.log(tk / fit_law.D0)
-                                                                    + omega * math.log(N / fit_law.N0)))
+                                                                    + omega * math.log(N / fit_law.N0))
+                         + offset * math.log(tk / fit_law.D0))
                     make_run(root, f'xmod_s{s}_L{depth}_D{tk}_s{sd}', model='xmod', n_layer=L_tot, stride=s,
                              capacity=0.125, seed=sd, tokens=tk, params_total=12 * L_tot * N_EMBD ** 2,
                              params_active=int(12 * L_act * N_EMBD ** 2), flops_per_token=fpt * 1.01,
@@ -295,17 +296,18 @@ def make_axes_sweep(root, kappa=0.0, omega=0.0, budgets=(2 ** 19, 2 ** 20, 2 ** 
     return str(root)
 
 
-@pytest.mark.parametrize('kappa, omega', [(0.03, 0.0), (0.0, -0.02), (0.0, 0.0)])
-def test_selection_keeps_the_terms_that_are_there(tmp_path, capsys, kappa, omega):
+@pytest.mark.parametrize('kappa, omega, offset', [(0.03, 0.0, 0.0), (0.0, -0.02, 0.0), (0.0, 0.0, 0.02),
+                                                  (0.0, 0.0, 0.0)])
+def test_selection_keeps_the_terms_that_are_there(tmp_path, capsys, kappa, omega, offset):
     """A budget or active-size term that is in the data is kept and recovered within its interval; one that is not
     is dropped by the selection, with its errors with and without it in fit.json."""
     out = tmp_path / 'out'
-    code, err = run_main(capsys, make_axes_sweep(tmp_path / 'runs', kappa, omega), '--out', str(out),
+    code, err = run_main(capsys, make_axes_sweep(tmp_path / 'runs', kappa, omega, offset), '--out', str(out),
                          '--holdout', 'tokens==max_tokens_all', '--bootstrap', '20')
     assert code == 0, err
     fj = json.load(open(out / 'fit.json'))
     coefs, sel = fj['relative']['coefficients'], fj['metrics']['selection']
-    for t, true in (('budget_correction', kappa), ('size_correction', omega)):
+    for t, true in (('budget_correction', kappa), ('size_correction', omega), ('budget_offset', offset)):
         assert coefs[t]['constrained'] and sel['terms'][t]['cv_testable']
         if true:
             assert t in fj['relative']['active_terms'] and sel['terms'][t]['beats_removal']
@@ -314,7 +316,7 @@ def test_selection_keeps_the_terms_that_are_there(tmp_path, capsys, kappa, omega
         else:
             assert t in sel['dropped'] and coefs[t]['value'] is None and 'dropped by the selection' in coefs[t]['note']
             assert sel['terms'][t]['cv_rmse_without'] <= 1.05 * sel['terms'][t]['cv_rmse_with']
-    assert len(sel['forms']) == 4 and fj['relative']['form'] == fit_law.form_of(fj['relative']['active_terms'])
+    assert len(sel['forms']) == 8 and fj['relative']['form'] == fit_law.form_of(fj['relative']['active_terms'])
     assert coefs['stride_interaction']['value'] == pytest.approx(TRUE_REL['stride_interaction'], abs=0.005)
     assert 'Form selection' in open(out / 'summary.md').read() and sel['summary'] in open(out / 'summary.md').read()
     # every budget but the largest is fitted, and the largest one predicted
