@@ -12,12 +12,13 @@ RUNS: run directories, globs of them, or folders with runs below them, read by r
    that its stopping tolerances bite (lbfgs_fit: the original fit's pitfall); tests check known parameters return.
 2. Full X-MoD runs (variance gate, balance > 0), each against its FLOP-matched dense partner of the same seed:
    Delta = L_xmod - L_dense = log(rho) * (-g + tau*log(T/T0) + sigma*log(s/s0) [+ kappa*log(D/D0)]
-   [+ omega*log(N/N0)]) [+ kappa0*log(D/D0)], rho = params_total / params_active, T = context, s = anchor stride, D = training tokens,
-   N = the partner's params_total; T0=128, s0=4, D0=2M, N0=787,584 (4 layers at width 128); g = capacity_gain, tau =
-   context_correction, sigma = stride_interaction (always in), kappa = budget_correction, omega = size_correction,
-   kappa0 = budget_offset (candidates; kappa0 alone is not scaled by log rho). Linear in the terms: an exact least-squares solve, each pair weighing the same. A term the runs
-   cannot constrain is left out and said so; a candidate stays only if leaving it out makes the leave-one-
-   configuration-out RMSE of Delta worse by more than 5% (select_terms); every term is refitted away to show this.
+   [+ omega*log(N/N0)]) [+ kappa0*log(D/D0)], rho = params_total / params_active, T = context, s = anchor stride,
+   D = training tokens, N = the partner's params_total; T0=128, s0=4, D0=2M, N0=787,584 (4 layers at width 128);
+   g = capacity_gain, tau = context_correction, sigma = stride_interaction (always in), kappa = budget_correction,
+   omega = size_correction, kappa0 = budget_offset (candidates; kappa0 alone is not scaled by log rho). Linear in
+   the terms: an exact least-squares solve, each pair weighing the same. A term the runs cannot constrain is left
+   out and said so; a candidate stays only if leaving it out makes the leave-one-configuration-out RMSE of Delta
+   worse by more than 5% (select_terms); every term is refitted away to show this.
 
 Held-out runs (--holdout) are left out of both fits and the selection, and predicted: Delta's RMSE, R^2 and sign,
 each against its goal (heldout_goals), L's relative error (dense law or observed partner, + Delta), the dense law's
