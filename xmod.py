@@ -136,20 +136,40 @@ def apply_rope(x, cos, sin):
 class KVCache:
     """Keys and values of the tokens one attention layer has taken so far, per sequence, for generation. A dense
     layer takes every token; a routed layer only those that passed its threshold, so each sequence has its own
-    length. k, v (B, nh, L, hs) after RoPE; pos (B, L) each cached token's position; length (B,)."""
+    length. k, v (B, nh, L, hs) after RoPE; pos (B, L) each cached token's position; length (B,); filled, the
+    longest row as a Python int, so that a layer whose rows all have that length reads plain views, with no mask,
+    no copy and no device sync."""
 
     def __init__(self, B, n_head, head_size, L, device, dtype):
         self.k = torch.zeros(B, n_head, L, head_size, device=device, dtype=dtype)
         self.v = torch.zeros_like(self.k)
         self.pos = torch.full((B, L), -1, dtype=torch.long, device=device)
         self.length = torch.zeros(B, dtype=torch.long, device=device)
+        self.filled = 0
 
     def append(self, rows, pos, k, v):
-        """rows (n,) the sequences taking a token at positions pos (n,); k, v (n, nh, 1, hs)."""
+        """rows (n,) the sequences taking a token at positions pos (n,), or None for all of them, when all have the
+        same length (a dense layer; a routed layer at batch 1); k, v (n, nh, 1, hs)."""
+        if rows is None:
+            at = self.filled
+            self.k[:, :, at], self.v[:, :, at], self.pos[:, at] = k[:, :, 0], v[:, :, 0], pos
+            self.length += 1
+            self.filled += 1
+            return
         at = self.length[rows]                                          # (n,) the next free slot of each row
         self.k[rows, :, at], self.v[rows, :, at] = k[:, :, 0], v[:, :, 0]
         self.pos[rows, at] = pos
         self.length[rows] += 1
+        self.filled = int(self.length.max())
+
+    def read(self, rows):
+        """k, v (n, nh, L, hs) of the sequences `rows` (None: all, of equal length) and a mask of their real slots
+        (n, 1, 1, L), None when every slot is real."""
+        if rows is None:
+            return self.k[:, :, :self.filled], self.v[:, :, :self.filled], None
+        L = int(self.length[rows].max())
+        valid = torch.arange(L, device=self.k.device) < self.length[rows].unsqueeze(1)    # (n, L)
+        return self.k[rows, :, :L], self.v[rows, :, :L], valid[:, None, None, :]
 
 
 class Attention(nn.Module):
@@ -181,19 +201,17 @@ class Attention(nn.Module):
         return self.resid_dropout(self.c_proj(y))
 
     def decode(self, x, pos, cache, rows):
-        """One new token for each of the sequences `rows` (n,): x (n, 1, C) at positions pos (n,). Its key and value
-        join the cache, and it attends over everything its sequence has cached (all earlier, so no causal mask;
-        a padding mask, since sequences have cached different numbers of tokens)."""
+        """One new token for each of the sequences `rows` (n,), or of all (None): x (n, 1, C) at positions pos (n,).
+        Its key and value join the cache, and it attends over everything its sequence has cached (all earlier, so no
+        causal mask; a padding mask where sequences have cached different numbers of tokens)."""
         n, _, C = x.size()
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(n, 1, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (n, nh, 1, hs)
         cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)      # (n, 1, hs/2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         cache.append(rows, pos, k, v)
-        L = int(cache.length[rows].max())
-        valid = torch.arange(L, device=x.device) < cache.length[rows].unsqueeze(1)    # (n, L)
-        y = F.scaled_dot_product_attention(q, cache.k[rows, :, :L], cache.v[rows, :, :L],
-                                           attn_mask=valid[:, None, None, :])          # (n, nh, 1, hs)
+        keys, values, valid = cache.read(rows)                                 # (n, nh, L, hs) each
+        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=valid)   # (n, nh, 1, hs)
         return self.c_proj(y.transpose(1, 2).reshape(n, 1, C))
 
 
@@ -237,7 +255,7 @@ class Block(nn.Module):
 
     def decode(self, x, pos, cache):
         """Generation, one new token per sequence: x (B, 1, C) at positions pos (B,). A dense layer takes it."""
-        return x + self.decode_delta(x, pos, cache, torch.arange(x.size(0), device=x.device))
+        return x + self.decode_delta(x, pos, cache, None)                 # every sequence: no index ops
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -374,7 +392,12 @@ class RoutedBlock(nn.Module):
         score does not pass the calibrated threshold the layer does nothing more for it (no attention, no MLP,
         nothing cached). The others attend over the tokens this layer took before in their own sequence."""
         r = self.router(x)                                                  # (B, 1)
-        rows = (r[:, 0] > self.router.threshold()).nonzero().squeeze(1)     # (n,) sequences whose token is taken
+        take = r[:, 0] > self.router.threshold()                            # (B,)
+        if x.size(0) == 1:                  # batch 1: a Python branch, no index ops (most tokens are skipped here)
+            if not take.item():
+                return x
+            return x + self.router.gate(r).unsqueeze(-1) * self.block.decode_delta(x, pos, cache, None)
+        rows = take.nonzero().squeeze(1)                                    # (n,) sequences whose token is taken
         if rows.numel() == 0:
             return x
         f = self.block.decode_delta(x[rows], pos[rows], cache, rows)        # (n, 1, C)
