@@ -138,14 +138,15 @@ class KVCache:
     layer takes every token; a routed layer only those that passed its threshold, so each sequence has its own
     length. k, v (B, nh, L, hs) after RoPE; pos (B, L) each cached token's position; length (B,); filled, the
     longest row as a Python int, so that a layer whose rows all have that length reads plain views, with no mask,
-    no copy and no device sync."""
+    no copy and no device sync; threshold, a routed layer's causal threshold, read once for the whole generation."""
 
-    def __init__(self, B, n_head, head_size, L, device, dtype):
+    def __init__(self, B, n_head, head_size, L, device, dtype, threshold=None):
         self.k = torch.zeros(B, n_head, L, head_size, device=device, dtype=dtype)
         self.v = torch.zeros_like(self.k)
         self.pos = torch.full((B, L), -1, dtype=torch.long, device=device)
         self.length = torch.zeros(B, dtype=torch.long, device=device)
         self.filled = 0
+        self.threshold = threshold
 
     def append(self, rows, pos, k, v):
         """rows (n,) the sequences taking a token at positions pos (n,), or None for all of them, when all have the
@@ -392,7 +393,7 @@ class RoutedBlock(nn.Module):
         score does not pass the calibrated threshold the layer does nothing more for it (no attention, no MLP,
         nothing cached). The others attend over the tokens this layer took before in their own sequence."""
         r = self.router(x)                                                  # (B, 1)
-        take = r[:, 0] > self.router.threshold()                            # (B,)
+        take = r[:, 0] > cache.threshold                                    # (B,) the calibrated threshold
         if x.size(0) == 1:                  # batch 1: a Python branch, no index ops (most tokens are skipped here)
             if not take.item():
                 return x
@@ -767,7 +768,9 @@ class GPT(nn.Module):
     def new_caches(self, B, device):
         c = self.config
         dtype = self.lm_head.weight.dtype
-        return [KVCache(B, c.n_head, c.n_embd // c.n_head, c.block_size, device, dtype) for _ in self.transformer.h]
+        return [KVCache(B, c.n_head, c.n_embd // c.n_head, c.block_size, device, dtype,
+                        layer.router.threshold() if isinstance(layer, RoutedBlock) else None)
+                for layer in self.transformer.h]
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
