@@ -4,6 +4,7 @@ bench.py: the speed of X-MoD against its FLOP-matched dense model, every figure 
     python bench.py                                  # CPU: T = 128, 256, 512; train, causal eval, decode
     python bench.py --contexts=128 --phases=train --compile=True
     python bench.py --json bench.json                # also write the table as a list of rows
+    python bench.py --contention=True                # CPU settings, alone and beside one busy process
     python bench.py --device=cuda --dtype=bfloat16 --compile=True --contexts=1024 --n_embd=768 --n_head=12 \
                     --dense_layers=12 --batch_size=8
 
@@ -23,7 +24,9 @@ step (activation memory; on CUDA, the peak allocated).
 import json as jsonlib
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import replace
 
@@ -53,6 +56,7 @@ new_tokens = 256          # decode: tokens generated after the prompt
 prompt = 64               # decode: prompt length
 compile = False           # also time torch.compile(fullgraph=True) of the train and eval phases
 extras = True             # also the MoE's fast vs naive path and dense vs a nanoGPT-shaped GPT (train phase)
+contention = False        # instead: the train phase under each CPU setting, alone and beside one busy process
 json = ''                 # write the rows as JSON to this path (also: --json PATH)
 # -----------------------------------------------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
@@ -153,6 +157,55 @@ def saved_bytes(model, x, y):
     return total
 
 
+# OpenMP (libgomp here) reads these when torch loads, so each setting is timed in a fresh child process.
+# 300000 is libgomp's own spin count when nothing is set: the threads of a parallel region busy-wait that long for
+# each other before they sleep. A neighbour that takes a core away makes that spinning the whole cost.
+CPU_SETTINGS = {'libgomp default': {'GOMP_SPINCOUNT': '300000'},
+                'OMP_WAIT_POLICY=PASSIVE': {'OMP_WAIT_POLICY': 'PASSIVE'},
+                'GOMP_SPINCOUNT=30000': {'GOMP_SPINCOUNT': '30000'},
+                'GOMP_SPINCOUNT=3000': {'GOMP_SPINCOUNT': '3000'},
+                '1 thread': {'OMP_NUM_THREADS': '1', 'GOMP_SPINCOUNT': '300000'}}
+BUSY = 'import torch\ntorch.set_num_threads(1)\na = torch.randn(512, 512)\nwhile True:\n    a @ a\n'
+
+
+def contention_table(opt_cfg, T):
+    """The train phase of dense and X-MoD at context T, in a child process per CPU setting, alone and then beside
+    one busy process (a 1-thread matmul loop, like a second training run on the cores)."""
+    rows = []
+    for name, env in CPU_SETTINGS.items():
+        got = {}
+        for neighbour in (False, True):
+            busy = subprocess.Popen([sys.executable, '-c', BUSY], env=dict(os.environ, OMP_NUM_THREADS='1')) \
+                if neighbour else None
+            try:
+                with tempfile.TemporaryDirectory() as d:
+                    out = os.path.join(d, 'rows.json')
+                    child = {k: v for k, v in os.environ.items() if k not in ('OMP_WAIT_POLICY', 'GOMP_SPINCOUNT',
+                                                                             'OMP_NUM_THREADS')}
+                    subprocess.run([sys.executable, os.path.abspath(__file__), '--phases=train', f'--contexts={T}',
+                                    '--extras=False', f'--steps={opt_cfg.steps}', f'--rounds={opt_cfg.rounds}',
+                                    f'--n_embd={opt_cfg.n_embd}', f'--n_head={opt_cfg.n_head}', f'--json={out}'],
+                                   env=dict(child, **env), check=True, stdout=subprocess.DEVNULL)
+                    for r in jsonlib.load(open(out)):
+                        got[(r['model'], neighbour)] = r['tokens_per_s']
+            finally:
+                if busy is not None:
+                    busy.kill()
+                    busy.wait()
+        for model in ('dense', 'xmod'):
+            rows.append(dict(setting=name, model=model, alone=got[(model, False)], busy=got[(model, True)]))
+    base = {r['model']: r['alone'] for r in rows if r['setting'] == 'libgomp default'}
+    print(f"train phase at T={T}, tokens/s; alone vs libgomp default alone, and beside one busy process vs alone")
+    print("| setting | model | alone | vs default alone | beside a busy process | busy / alone |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        r['alone_vs_default'] = round(r['alone'] / base[r['model']], 3)
+        r['busy_vs_alone'] = round(r['busy'] / r['alone'], 3)
+        print(f"| {r['setting']} | {r['model']} | {r['alone']:,.0f} | {r['alone_vs_default']:.2f} | "
+              f"{r['busy']:,.0f} | {r['busy_vs_alone']:.2f} |")
+    return rows
+
+
 def bench(argv):
     argv = list(argv)
     if '--json' in argv[:-1]:                            # `--json PATH` as well as `--json=PATH`
@@ -176,6 +229,12 @@ def bench(argv):
     dev = pick_device(opt_cfg.device)
     ctx = (torch.autocast(dev.split(':')[0], dtype=torch.bfloat16) if opt_cfg.dtype == 'bfloat16' else
            torch.autocast(dev.split(':')[0], enabled=False))
+    if opt_cfg.contention:
+        rows = contention_table(opt_cfg, Ts[0])
+        if opt_cfg.json:
+            with open(opt_cfg.json, 'w') as f:
+                jsonlib.dump(rows, f, indent=1)
+        return 0
 
     rows = []                     # dicts: model, stride, impl, T, phase, measure, ref
     for T in Ts:

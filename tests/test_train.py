@@ -542,3 +542,24 @@ def test_redirected_output_arrives_line_by_line(corpus, tmp_path):
         finally:
             p.kill()
             p.wait()
+
+
+def test_bench_prints_and_writes_its_rows(tmp_path):
+    """bench.py at a toy size: every phase, the ratios it promises (reference rows at 1), the JSON rows' fields."""
+    out = tmp_path / 'bench.json'
+    r = run(os.path.join(ROOT, 'bench.py'), '--contexts=40', '--n_embd=32', '--n_head=2', '--steps=1', '--rounds=1',
+            '--prompt=8', '--new_tokens=8', '--extras=False', f'--json={out}')
+    assert r.returncode == 0, r.stderr
+    assert '| model | impl | T | phase |' in r.stdout
+    rows = json.load(open(out))
+    assert {(x['model'], x['phase']) for x in rows} >= {(m, p) for m in ('dense', 'xmod') for p in
+                                                        ('train', 'eval_causal', 'decode_b1', 'decode_b8')}
+    for x in rows:
+        assert {'model', 'stride', 'impl', 'T', 'phase', 'tokens_per_s', 'ratio_vs_dense'} <= set(x)
+        assert x['tokens_per_s'] > 0 and x['T'] == 40
+        if x['model'] == 'dense':
+            assert x['ratio_vs_dense'] == 1.0
+        if x['phase'].startswith('decode'):
+            assert x['ratio_vs_same_depth_dense'] > 0
+            if x['model'] == 'same_depth':
+                assert x['ratio_vs_same_depth_dense'] == 1.0
