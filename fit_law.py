@@ -24,7 +24,7 @@ Held-out runs (--holdout) are left out of both fits and the selection, and predi
 each against its goal (heldout_goals), L's relative error (dense law or observed partner, + Delta), the dense law's
 error on held-out dense runs. Intervals: 95% bootstrap percentiles over dense runs and over pairs, the form held
 fixed, none where the runs cannot give one. Seed noise: the pooled std over seeds of L and of Delta. Both metrics
-are fitted; --metric is the primary one. --out gets fit.json, and from report.py summary.md and seven plots (one of
+are fitted; --metric is the primary one. --out gets fit.json, and from report.py summary.md and eight plots (one of
 them Delta against training tokens, seed mean +- 1 standard error); numbers are not rounded, undefined ones null.
 """
 
@@ -258,17 +258,20 @@ def wls(X, y, w=None):
 
 
 def identifiable_terms(pairs, terms=TERMS):
-    """Add the terms in order while each one adds a rank; say why the others are left out."""
+    """Add the terms in order while each one adds a rank; say why the others are left out. A term's variable must
+    take two values more than 1% apart (the pairing's tolerance on tokens): 2,000,896 tokens against D0 = 2M is the
+    same budget, and a column log(D/D0) of such near-constant values would act as a free intercept."""
     active, notes = [], {}
     sparse = [p for p in pairs if p['rho'] > 1 + 1e-12]
+    single = lambda key: max(p[key] for p in sparse) <= 1.01 * min(p[key] for p in sparse)
     for t in terms:
-        if full_rank(rel_design(pairs, active + [t])):
+        if sparse and t in VARIABLES and single(VARIABLES[t][1]):
+            what, key, symbol = VARIABLES[t]
+            notes[t] = f'a single {what} ({symbol}={sparse[0][key]:g}): not constrained'
+        elif full_rank(rel_design(pairs, active + [t])):
             active.append(t)
         elif not sparse:
             notes[t] = 'no pair with rho > 1'
-        elif t in VARIABLES and len({p[VARIABLES[t][1]] for p in sparse}) < 2:
-            what, key, symbol = VARIABLES[t]
-            notes[t] = f'a single {what} ({symbol}={sparse[0][key]:g}): not constrained'
         else:
             notes[t] = 'collinear with the other terms in these runs: not constrained'
     return active, notes
@@ -599,7 +602,8 @@ def run(args):
                   inputs=dict(n_runs=len(runs), variants=variants, holdout=holdout,
                               n_heldout=sum(r['heldout'] for r in runs), bootstrap=args.bootstrap, seed=args.seed),
                   warnings=list(WARNINGS), **by_metric[args.metric], by_metric=by_metric,
-                  delta_vs_tokens=report.delta_vs_tokens(runs), runs=[run_row(r) for r in runs])
+                  delta_vs_tokens=report.delta_vs_tokens(runs),
+                  fixes=report.paired_fixes(runs), runs=[run_row(r) for r in runs])
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, 'fit.json'), 'w') as f:
         json.dump(to_json(result), f, indent=1)

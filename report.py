@@ -1,12 +1,12 @@
 """
-report.py: what fit_law.py found, for people: summary.md, the seven plots and the lines it prints, and the table of
+report.py: what fit_law.py found, for people: summary.md, the eight plots and the lines it prints, and the table of
 Delta against training tokens. It fits nothing: the fitted laws come in as functions (fit_law.fitted_law). A plot
 whose data is absent says so instead of failing.
 """
 
+import csv
 import math
 import os
-from collections import defaultdict
 
 import numpy as np
 
@@ -15,13 +15,25 @@ from runs import METRICS, config_key
 # -----------------------------------------------------------------------------
 # plots
 
-# a variant not named here (a router-knob ablation such as 'xmod-mom0') is drawn grey with a star
-COLORS = defaultdict(lambda: 'tab:gray', {'dense': 'black', 'mod': 'tab:orange', 'xmod': 'tab:blue', 'moe': 'tab:green',
-                                          'xmod-plain': 'tab:purple', 'xmod-nobal': 'tab:cyan',
-                                          'xmod-plain-nobal': 'tab:pink'})
+COLORS = {'dense': 'black', 'mod': 'tab:orange', 'xmod': 'tab:blue', 'moe': 'tab:green', 'xmod-plain': 'tab:purple',
+          'xmod-nobal': 'tab:cyan', 'xmod-plain-nobal': 'tab:pink', 'xmod-mom0': 'tab:red', 'xmod-bce1': 'tab:olive',
+          'xmod-z0.01': 'tab:brown'}
 BASE = ('capacity_gain', 'context_correction', 'stride_interaction')  # fit_law.BASE_TERMS: the terms lines need no D, N
-MARKERS = defaultdict(lambda: '*', {'dense': 'o', 'mod': 's', 'xmod': '^', 'moe': 'D', 'xmod-plain': 'v',
-                                    'xmod-nobal': '<', 'xmod-plain-nobal': '>'})
+MARKERS = {'dense': 'o', 'mod': 's', 'xmod': '^', 'moe': 'D', 'xmod-plain': 'v', 'xmod-nobal': '<',
+           'xmod-plain-nobal': '>'}
+
+
+def color(variant):
+    return COLORS.get(variant, 'tab:gray')      # another router-knob ablation: grey
+
+
+def marker(variant):
+    return MARKERS.get(variant, '*')
+
+
+def rank(variant):
+    """Order of variants in legends and bars: as listed in COLORS, the others after."""
+    return list(COLORS).index(variant) if variant in COLORS else len(COLORS)
 
 
 def empty_note(ax, text):
@@ -29,9 +41,9 @@ def empty_note(ax, text):
 
 
 def plot_loss_vs_flops(ax, runs, metric):
-    for v in sorted({r['variant'] for r in runs}, key=list(COLORS).index):
+    for v in sorted({r['variant'] for r in runs}, key=rank):
         rs = [r for r in runs if r['variant'] == v]
-        ax.scatter([r['flops'] for r in rs], [r['loss'][metric] for r in rs], c=COLORS[v], marker=MARKERS[v],
+        ax.scatter([r['flops'] for r in rs], [r['loss'][metric] for r in rs], c=color(v), marker=marker(v),
                    label=v, s=25, zorder=3)
     for r in runs:  # thin grey lines join each sparse run to its FLOP-matched dense partner
         if r['partner'] is not None:
@@ -51,10 +63,10 @@ def plot_loss_vs_params(ax, runs, metric):
         g = sorted(g, key=lambda r: r['params_total'])
         ax.plot([r['params_total'] for r in g], [r['loss'][metric] for r in g], c='0.75', lw=0.8, zorder=1)
         for r in g:
-            ax.scatter(r['params_total'], r['loss'][metric], c=COLORS[r['variant']], marker=MARKERS[r['variant']],
+            ax.scatter(r['params_total'], r['loss'][metric], c=color(r['variant']), marker=marker(r['variant']),
                        s=25, zorder=3)
-    for v in sorted({r['variant'] for _, g in groups for r in g}, key=list(COLORS).index):
-        ax.scatter([], [], c=COLORS[v], marker=MARKERS[v], label=v)
+    for v in sorted({r['variant'] for _, g in groups for r in g}, key=rank):
+        ax.scatter([], [], c=color(v), marker=marker(v), label=v)
     ax.set_xscale('log')
     ax.set(xlabel='total non-embedding parameters', ylabel=metric,
            title='loss vs total params at fixed active compute\n(one grey line per dense run and its partners)')
@@ -85,7 +97,7 @@ def plot_pred_vs_obs(axes, runs, pairs, law_L, metric):
         for held in (False, True):
             q = [x for x in pts if x[3] == fam and x[2] == held]
             if q:
-                ax.scatter([x[0] for x in q], [x[1] for x in q], c=COLORS[fam], marker='x' if held else MARKERS[fam],
+                ax.scatter([x[0] for x in q], [x[1] for x in q], c=color(fam), marker='x' if held else marker(fam),
                            label=f'{fam} {"held out" if held else "fit"}', s=25)
     lo, hi = min(min(x[0], x[1]) for x in pts), max(max(x[0], x[1]) for x in pts)
     ax.plot([lo, hi], [lo, hi], 'k--', lw=0.8)
@@ -139,15 +151,15 @@ def plot_ablations(ax, runs, metric):
         return empty_note(ax, 'no sparse run with a dense partner')
     # bars sorted by shape (layers, stride, capacity, context) so a full X-MoD config sits beside its ablations
     items = sorted(by.values(), key=lambda rs: (rs[0]['T'], rs[0]['n_layer'], rs[0]['stride'] or 0,
-                                                rs[0]['capacity'] or 0, list(COLORS).index(rs[0]['variant'])))
+                                                rs[0]['capacity'] or 0, rank(rs[0]['variant'])))
     for i, rs in enumerate(items):
         d = [r['loss'][metric] - r['partner']['loss'][metric] for r in rs]
-        ax.bar(i, np.mean(d), color=COLORS[rs[0]['variant']], yerr=np.std(d, ddof=1) if len(d) > 1 else None,
+        ax.bar(i, np.mean(d), color=color(rs[0]['variant']), yerr=np.std(d, ddof=1) if len(d) > 1 else None,
                capsize=3)
     ax.set_xticks(range(len(items)))
     ax.set_xticklabels([shape_label(rs[0]) for rs in items], rotation=75, fontsize=6)
-    for v in sorted({rs[0]['variant'] for rs in items}, key=list(COLORS).index):
-        ax.bar(0, 0, color=COLORS[v], label=v)
+    for v in sorted({rs[0]['variant'] for rs in items}, key=rank):
+        ax.bar(0, 0, color=color(v), label=v)
     ax.axhline(0, c='k', lw=0.6)
     ax.set(ylabel=f'Delta vs FLOP-matched dense ({metric})',
            title='ablations against full X-MoD\n(bars: mean over seeds; error bars: std over seeds)')
@@ -174,7 +186,7 @@ def plot_training_curves(ax, runs, metric):
     quartet = best[1]
     shown = []
     for r in quartet:
-        ax.plot(r['log']['flops'], r['log'][metric], c=COLORS[r['variant']], label=f'{r["variant"]}: {r["name"]}')
+        ax.plot(r['log']['flops'], r['log'][metric], c=color(r['variant']), label=f'{r["variant"]}: {r["name"]}')
         shown += [v for f, v in zip(r['log']['flops'], r['log'][metric]) if f > 0]   # step 0 is off a log axis
     if shown:
         lo, hi = min(shown), max(shown)
@@ -235,8 +247,133 @@ def plot_delta_vs_tokens(axes, table):
         ax.legend(fontsize=7)
 
 
+KNOBS = ('router_aux', 'router_momentum', 'router_zloss')   # the router knobs runs.variant names a fix by
+
+
+def paired_fixes(runs):
+    """Each router-knob fix against the full X-MoD run of the same config and seed (all else equal): {label: {fix,
+    config, seeds, <metric>: {mean, se, n}}}, difference = L_fix - L_xmod (< 0: the fix helps), se = std over seeds /
+    sqrt(n), null for one seed."""
+    key = lambda r: config_key({k: v for k, v in r['config'].items() if k not in KNOBS})
+    ref = {key(r): r for r in runs if r['variant'] == 'xmod'}
+    by = {}
+    for r in runs:
+        if r['model'] == 'xmod' and r['variant'].startswith('xmod-') and key(r) in ref:
+            fixed = {k: v for k, v in r['config'].items() if k not in KNOBS or k == 'seed'}
+            by.setdefault((r['variant'], config_key(fixed, with_seed=False)), []).append((r, ref[key(r)]))
+    table = {}
+    for (v, _), prs in sorted(by.items(), key=lambda kv: (kv[0][0], config_label(kv[1][0][0]))):
+        entry = dict(fix=v, config=config_label(prs[0][0]), seeds=sorted(r['seed'] for r, _ in prs))
+        for m in METRICS:
+            d = [r['loss'][m] - x['loss'][m] for r, x in prs]
+            entry[m] = dict(n=len(d), mean=float(np.mean(d)),
+                            se=float(np.std(d, ddof=1) / math.sqrt(len(d))) if len(d) > 1 else None)
+        table[f'{v} {entry["config"]}'] = entry
+    return table
+
+
+def log_columns(run):
+    """The routing diagnostics of a run's log.csv, averaged over routed layers: {name: np.array over evaluations}
+    (tokens, router_acc, score_std, jaccard, gate, causal_rate, untouched_frac, causal_untouched_frac, gap = causal
+    minus top-k loss); a column the log lacks (older runs) is all NaN."""
+    with open(os.path.join(run['dir'], 'log.csv'), newline='') as f:
+        rows = list(csv.DictReader(f))
+    num = lambda x: float(x) if x not in ('', None) else np.nan
+    out = {}
+    for name in ('router_acc', 'score_std', 'jaccard', 'gate', 'causal_rate'):
+        per_row = [[num(v) for k, v in row.items() if k.startswith(name + '_') and k[len(name) + 1:].isdigit()]
+                   for row in rows]
+        out[name] = np.array([np.nanmean(x) if x and not np.all(np.isnan(x)) else np.nan for x in per_row])
+    for name in ('tokens', 'untouched_frac', 'causal_untouched_frac'):
+        out[name] = np.array([num(row.get(name)) for row in rows])
+    out['gap'] = np.array([num(row['val_loss_causal']) - num(row['val_loss']) for row in rows])
+    return out
+
+
+def plot_routing_diagnostics(axes, runs, metric):
+    """Why the gain fades, four panels: (1) final Delta against the training budget, by stride; (2) the router's
+    score spread and accuracy over training; (3) how the routed layers share tokens (Jaccard of consecutive layers'
+    selections, tokens no routed layer takes) against independent choices; (4) causal against top-k routing. Panels
+    2-4 show the reference config's full X-MoD runs (seed mean) and each router-knob fix beside it."""
+    xm = [r for r in runs if r['model'] == 'xmod' and r['partner'] is not None]
+    full = [r for r in xm if r['variant'] == 'xmod']
+    if not full:
+        return empty_note(axes[0], 'no full X-MoD run with a dense partner')
+    # the reference config: the full X-MoD config with the most seeds; panel 1 keeps its context and width
+    shape = lambda r: (r['T'], r['n_embd'], r['n_layer'], r['stride'], r['capacity'], r['tokens'])
+    counts = {}
+    for r in full:
+        counts[shape(r)] = counts.get(shape(r), 0) + 1
+    T, width = max(counts, key=counts.get)[:2]
+    ax, drawn = axes[0], False
+    for s in sorted({r['stride'] for r in full}):
+        by = {}
+        for r in full:
+            if r['stride'] == s and r['T'] == T and r['n_embd'] == width:
+                by.setdefault((r['capacity'], r['n_layer']), {}).setdefault(r['tokens'], []).append(
+                    r['loss'][metric] - r['partner']['loss'][metric])
+        for (c, L), at in by.items():
+            if len(at) < 2:
+                continue                      # one budget: no line to draw
+            x = sorted(at)
+            mean = [np.mean(at[t]) for t in x]
+            se = [np.std(at[t], ddof=1) / math.sqrt(len(at[t])) if len(at[t]) > 1 else 0 for t in x]
+            ax.errorbar(x, mean, yerr=se, marker='o', ms=4, capsize=3, label=f'stride {s}, L{L}, c={c:.3g}')
+            drawn = True
+    if drawn:
+        ax.axhline(0, c='0.6', lw=0.6)
+        ax.set_xscale('log')
+        ax.set(xlabel='training tokens (each point its own run and schedule)', ylabel=f'final Delta ({metric})',
+               title=f'the gain against the budget\n(T={T}, width {width}; error bars: 1 SE over seeds)')
+        ax.legend(fontsize=7)
+    else:
+        empty_note(ax, f'no X-MoD config at T={T}, width {width} with pairs at two budgets')
+    ref_shape = max(counts, key=counts.get)
+    ref = [r for r in xm if shape(r) == ref_shape]     # its full X-MoD runs and the fixes on it
+    groups = {}
+    for r in ref:
+        d = log_columns(r)
+        if not np.all(np.isnan(d['jaccard'])):
+            groups.setdefault(r['variant'], []).append(d)
+    if not groups:
+        for ax in axes[1:]:
+            empty_note(ax, 'no reference run logged routing diagnostics')
+        return
+    c = ref[0]['capacity']
+    R = sum(1 for k in range(ref[0]['n_layer']) if k % ref[0]['stride'])         # routed layers (xmod's layout)
+    acc_ax, gap_ax = axes[1].twinx(), axes[3].twinx()
+    for v in sorted(groups, key=rank):
+        ds = groups[v]
+        n = min(len(d['tokens']) for d in ds)
+        x = ds[0]['tokens'][:n]
+        keep = x > 0                                                    # step 0: nothing trained yet
+        mean = lambda k: np.nanmean([d[k][:n] for d in ds], axis=0)[keep]
+        x, lab = x[keep], f'{v} ({len(ds)} seeds)'
+        axes[1].plot(x, mean('score_std'), c=color(v), marker='o', ms=3, label=f'{lab}: score std')
+        acc_ax.plot(x, mean('router_acc'), c=color(v), ls=':', label=f'{lab}: router accuracy (right)')
+        axes[2].plot(x, mean('jaccard'), c=color(v), marker='o', ms=3, label=f'{lab}: Jaccard, consecutive layers')
+        axes[2].plot(x, mean('untouched_frac'), c=color(v), ls='--', label=f'{lab}: untouched by all {R}')
+        axes[3].plot(x, mean('causal_rate') / c, c=color(v), marker='o', ms=3, label=f'{lab}: causal rate / c')
+        gap_ax.plot(x, mean('gap'), c=color(v), ls='--', label=f'{lab}: causal - top-k loss (right)')
+    axes[2].axhline(c / (2 - c), c='0.4', lw=0.8, ls=':', label='independent choices: Jaccard c/(2-c)')
+    axes[2].axhline((1 - c) ** R, c='0.4', lw=0.8, ls='-.', label=f'independent choices: untouched (1-c)^{R}')
+    axes[3].axhline(1, c='0.6', lw=0.6)
+    axes[1].set(ylabel='std of router scores', title='the router: score spread and accuracy')
+    acc_ax.set(ylabel='router accuracy (BCE sign = top-k choice)')
+    axes[2].set(ylabel='fraction', title='how the routed layers share tokens')
+    axes[3].set(ylabel='causal selection rate / c', title='causal against top-k routing')
+    gap_ax.set(ylabel='val_loss_causal - val_loss (nats)')
+    for ax, twin in ((axes[1], acc_ax), (axes[2], None), (axes[3], gap_ax)):
+        ax.set(xlabel='training tokens')
+        handles, labels = ax.get_legend_handles_labels()
+        if twin is not None:
+            h2, l2 = twin.get_legend_handles_labels()
+            handles, labels = handles + h2, labels + l2
+        ax.legend(handles, labels, fontsize=6)
+
+
 def make_plots(out, runs, pairs, res, metric, law, dvt):
-    """The seven plots of one metric; law = (L(N, D), Delta(rho, T, s, ...)), the fitted laws as functions;
+    """The eight plots of one metric; law = (L(N, D), Delta(rho, T, s, ...)), the fitted laws as functions;
     dvt = delta_vs_tokens(runs), one panel per configuration (at most 4)."""
     import matplotlib
     matplotlib.use('Agg')
@@ -247,11 +384,13 @@ def make_plots(out, runs, pairs, res, metric, law, dvt):
              ('delta_vs_logrho', 2, lambda a: plot_delta_vs_logrho(a, pairs, res['relative'], law[1])),
              ('ablations', 1, lambda a: plot_ablations(a[0], runs, metric)),
              ('training_curves', 1, lambda a: plot_training_curves(a[0], runs, metric)),
-             ('delta_vs_tokens', min(4, max(1, len(dvt))), lambda a: plot_delta_vs_tokens(a, dvt))]
+             ('delta_vs_tokens', min(4, max(1, len(dvt))), lambda a: plot_delta_vs_tokens(a, dvt)),
+             ('routing_diagnostics', (2, 2), lambda a: plot_routing_diagnostics(a, runs, metric))]
     paths = []
     for name, n, draw in specs:
-        fig, axes = plt.subplots(1, n, figsize=(6.5 * n, 4.8), squeeze=False)
-        draw(list(axes[0]))
+        rows, cols = n if isinstance(n, tuple) else (1, n)             # panels: a row of n, or a (rows, cols) grid
+        fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.8 * rows), squeeze=False)
+        draw(list(axes.flat))
         fig.tight_layout()
         paths.append(os.path.join(out, f'{name}.png'))
         fig.savefig(paths[-1], dpi=110)
@@ -325,6 +464,7 @@ def summary_md(result, runs):
     s.append(selection_md(bm))
     s.append(goals_md(bm))
     s.append(delta_vs_tokens_md(result['delta_vs_tokens']))
+    s.append(fixes_md(result.get('fixes', {})))
     s.append('## Runs\n')
     m, o = result['metric'], [x for x in metrics if x != result['metric']][0]
     rows = []
@@ -391,6 +531,18 @@ def delta_vs_tokens_md(table):
         rows += [[label, len(e['seeds']), f'{row["tokens"]:.0f}', pm(row), pm(topk.get(row['tokens']))]
                  for row in e['val_loss_causal']]
     return '\n'.join(s + [md_table(['config', 'seeds', 'tokens', 'Delta causal', 'Delta top-k'], rows) + '\n'])
+
+
+def fixes_md(table):
+    s = ['## Router-knob fixes, paired by seed with full X-MoD\n',
+         'L(fix) - L(X-MoD) of the same config and seed, mean over seeds +- 1 standard error (< 0: the fix helps). '
+         'A fix wins beyond noise when the mean is below -2 standard errors.\n']
+    if not table:
+        return '\n'.join(s + ['No router-knob fix has a full X-MoD run of the same config and seed.\n'])
+    pm = lambda e: f'{e["mean"]:+.4f}' + ('' if e['se'] is None else f' +- {e["se"]:.4f}')
+    rows = [[e['fix'], e['config'], ', '.join(map(str, e['seeds'])), pm(e['val_loss_causal']), pm(e['val_loss'])]
+            for e in table.values()]
+    return '\n'.join(s + [md_table(['fix', 'config', 'seeds', 'causal', 'top-k'], rows) + '\n'])
 
 
 def print_summary(result, out, n_plots):

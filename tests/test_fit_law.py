@@ -675,3 +675,21 @@ def test_router_knob_ablations_are_named_and_kept_out_of_the_law(tmp_path):
         make_run(tmp_path, name, model='xmod', n_layer=12, stride=4, capacity=0.125, **knob)
     runs = {r['name']: r['variant'] for r in load_runs([str(tmp_path)])}
     assert runs == {'ref': 'xmod', 'mom': 'xmod-mom0', 'bce': 'xmod-bce1', 'z': 'xmod-z0.01'}
+
+
+def test_fixes_are_paired_by_seed_with_full_xmod(tmp_path):
+    """report.paired_fixes: L(fix) - L(X-MoD) of the same config and seed, mean and standard error over seeds; a fix
+    without its full X-MoD run is not paired."""
+    for seed, (ref, fix) in enumerate([(1.70, 1.69), (1.72, 1.70), (1.71, 1.71)]):
+        make_run(tmp_path, f'ref{seed}', model='xmod', n_layer=12, stride=4, capacity=0.125, seed=seed, loss=ref)
+        make_run(tmp_path, f'mom{seed}', model='xmod', n_layer=12, stride=4, capacity=0.125, seed=seed, loss=fix,
+                 router_momentum=0.0)
+    make_run(tmp_path, 'lonely', model='xmod', n_layer=12, stride=4, capacity=0.125, seed=7, loss=1.0, router_aux=1.0)
+    table = report.paired_fixes(load_runs([str(tmp_path)]))
+    assert len(table) == 1
+    (e,) = table.values()
+    d = [-0.01, -0.02, 0.0]
+    assert e['fix'] == 'xmod-mom0' and e['seeds'] == [0, 1, 2]
+    assert e['val_loss_causal']['mean'] == pytest.approx(np.mean(d))
+    assert e['val_loss_causal']['se'] == pytest.approx(np.std(d, ddof=1) / math.sqrt(3))
+    assert 'xmod-mom0' in report.fixes_md(table) and '-0.0100 +- 0.0058' in report.fixes_md(table)
