@@ -35,7 +35,7 @@ FIXES = [dict(router_momentum=0.0, tag='_mom0'), dict(router_aux=1.0, tag='_bce1
 runs = [
     *[r for s in range(6, 11) for r in pair(s)],                                    # power, T=128, first half
     *[xmod(4, 12, 4, seed=s, **fix) for fix in FIXES for s in (0, 1, 2)],           # fixes at 2M tokens
-    *[r for s in range(11, 16) for r in pair(s)],                                   # power, T=128, second half
     *[r for s in (6, 7) for r in pair(s, block_size=256)],                          # power, T=256
+    *[r for s in range(11, 16) for r in pair(s)],                                   # power, T=128, second half
     *[xmod(4, 12, 4, tokens=4 * M, **fix) for fix in FIXES],                        # fixes at 4M tokens
 ]
