@@ -163,6 +163,14 @@ class KVCache:
         self.length[rows] += 1
         self.filled = int(self.length.max())
 
+    def fill(self, pos, k, v, length=None):
+        """The prompt's keys and values in one go (prefill): k, v (B, nh, L, hs) at positions pos (L,) or (B, L);
+        length (B,): how many of the L slots are real in each row (a routed layer's padded gather), else all."""
+        L = k.size(2)
+        self.k[:, :, :L], self.v[:, :, :L], self.pos[:, :L] = k, v, pos
+        self.length = torch.full_like(self.length, L) if length is None else length.clone()
+        self.filled = L
+
     def read(self, rows):
         """k, v (n, nh, L, hs) of the sequences `rows` (None: all, of equal length) and a mask of their real slots
         (n, 1, 1, L), None when every slot is real."""
@@ -185,10 +193,11 @@ class Attention(nn.Module):
         self.register_buffer('cos', cos, persistent=False)   # not in the state_dict: both impls load the same
         self.register_buffer('sin', sin, persistent=False)
 
-    def forward(self, x, pos, attn_mask=None):
+    def forward(self, x, pos, attn_mask=None, cache=None):
         """x (B, T, C); pos (T,) or (B, T): each token's ORIGINAL position in its sequence. After a routed gather the
         tokens are a subsequence, and RoPE must still rotate them by where they were, not by 0..k-1 (a known bug of
-        public MoD code). attn_mask (B, 1, T, T) bool, or None for plain causal attention in the given order."""
+        public MoD code). attn_mask (B, 1, T, T) bool, or None for plain causal attention in the given order.
+        cache: generation's prefill, which keeps every token's key and value (after RoPE) in it."""
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
@@ -196,6 +205,8 @@ class Attention(nn.Module):
         if cos.dim() == 2:
             cos, sin = cos.unsqueeze(0), sin.unsqueeze(0)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache is not None:
+            cache.fill(pos, k, v)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
                                            dropout_p=self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
@@ -240,8 +251,8 @@ class Block(nn.Module):
         self.ln_2 = nn.RMSNorm(config.n_embd)
         self.mlp = mlp if mlp is not None else MLP(config)
 
-    def delta(self, x, pos, attn_mask=None):
-        a = self.attn(self.ln_1(x), pos, attn_mask)
+    def delta(self, x, pos, attn_mask=None, cache=None):
+        a = self.attn(self.ln_1(x), pos, attn_mask, cache)
         return a + self.mlp(self.ln_2(x + a))
 
     def forward(self, x, pos, routing='topk'):
@@ -257,6 +268,10 @@ class Block(nn.Module):
     def decode(self, x, pos, cache):
         """Generation, one new token per sequence: x (B, 1, C) at positions pos (B,). A dense layer takes it."""
         return x + self.decode_delta(x, pos, cache, None)                 # every sequence: no index ops
+
+    def prefill(self, x, pos, cache):
+        """Generation's prompt, x (B, T, C) at positions pos (T,), in one causal pass that fills the cache."""
+        return x + self.delta(x, pos, cache=cache)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -406,6 +421,12 @@ class RoutedBlock(nn.Module):
         out[rows] = x[rows] + self.router.gate(r[rows]).unsqueeze(-1) * f
         return out
 
+    def prefill(self, x, pos, cache):
+        """Generation's prompt in one causal pass (pos: 0..T-1): the tokens whose scores pass the threshold go
+        through the block, as in forward_fast_causal, and only they fill the cache."""
+        r = self.router(x)                                                  # (B, T)
+        return self.forward_fast_causal(x, r > cache.threshold, self.router.gate(r), cache)
+
     def forward_naive(self, x, mask, w):
         """The idea, plainly: for each sequence, pick its selected tokens with a boolean mask, run the block on that
         subsequence at the tokens' original positions, and add the gated update back onto those tokens only."""
@@ -429,11 +450,12 @@ class RoutedBlock(nn.Module):
         ws = torch.gather(w, 1, idx).unsqueeze(-1)                          # (B, k, 1)
         return torch.scatter_add(x, 1, gidx, ws * f)
 
-    def forward_fast_causal(self, x, mask, w):
+    def forward_fast_causal(self, x, mask, w, cache=None):
         """Causal routing at the cost of the tokens taken: each sequence's selected tokens are gathered to the front,
         in order, and padded to the batch's largest count k_max; the block runs on (B, k_max, C) at the tokens'
         original positions, and the gated update of the real (not padding) slots is scattered back. Plain causal
-        attention suffices: a real slot's earlier slots are all real, and what padding slots compute is dropped."""
+        attention suffices: a real slot's earlier slots are all real, and what padding slots compute is dropped.
+        cache (generation's prefill): gets the k_max slots, of which `counts` per row are real."""
         B, T, C = x.size()
         counts = mask.sum(1)                                                # (B,) tokens taken per sequence
         k_max = int(counts.max())                                           # the one data-dependent size
@@ -443,7 +465,9 @@ class RoutedBlock(nn.Module):
         idx = first.argsort(dim=1)[:, :k_max]                               # (B, k_max) positions, ascending
         real = torch.arange(k_max, device=x.device) < counts.unsqueeze(1)   # (B, k_max)
         gidx = idx.unsqueeze(-1).expand(-1, -1, C)                          # (B, k_max, C)
-        f = self.block.delta(torch.gather(x, 1, gidx), idx)                 # (B, k_max, C); RoPE at positions idx
+        f = self.block.delta(torch.gather(x, 1, gidx), idx, cache=cache)    # (B, k_max, C); RoPE at positions idx
+        if cache is not None:
+            cache.length = counts.clone()                                   # the padding slots are not cached
         ws = (torch.gather(w, 1, idx) * real).unsqueeze(-1)                 # (B, k_max, 1); 0 on padding
         return torch.scatter_add(x, 1, gidx, ws * f)
 
@@ -560,6 +584,10 @@ class MoEBlock(Block):
     def decode_delta(self, x, pos, cache, rows):
         a = self.attn.decode(self.ln_1(x), pos, cache, rows)
         return a + self.mlp(self.ln_2(x + a), 'causal')[0]              # causal: each token routed alone
+
+    def prefill(self, x, pos, cache):
+        a = self.attn(self.ln_1(x), pos, cache=cache)
+        return x + a + self.mlp(self.ln_2(x + a), 'causal')[0]
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -765,6 +793,15 @@ class GPT(nn.Module):
             x = layer.decode(x, p, cache)
         return self.lm_head(self.transformer.ln_f(x))[:, 0]
 
+    def prefill(self, idx, caches):
+        """The prompt idx (B, T) in one causal pass that fills every layer's cache (caches: new_caches(B)); logits
+        (B, V) of the token after it. Equals decoding the prompt token by token, in one pass instead of T."""
+        x = self.transformer.wte(idx)                                       # (B, T, C)
+        pos = torch.arange(idx.size(1), device=idx.device)
+        for layer, cache in zip(self.transformer.h, caches):
+            x = layer.prefill(x, pos, cache)
+        return self.lm_head(self.transformer.ln_f(x[:, -1]))
+
     def new_caches(self, B, device):
         c = self.config
         dtype = self.lm_head.weight.dtype
@@ -784,10 +821,9 @@ class GPT(nn.Module):
             T = idx.size(1)
             if not use_cache or T > T_max:
                 logits = self(idx[:, -T_max:], routing='causal')[0][:, -1, :]
-            elif caches is None:                                            # the prompt, one token at a time
+            elif caches is None:                                            # the prompt, in one pass
                 caches = self.new_caches(idx.size(0), idx.device)
-                for t in range(T):
-                    logits = self.decode(idx[:, t], t, caches)
+                logits = self.prefill(idx, caches)
             else:
                 logits = self.decode(idx[:, -1], T - 1, caches)
             logits = logits / max(temperature, 1e-8)

@@ -65,3 +65,29 @@ def test_greedy_generation_is_the_same_with_and_without_the_cache(model):
     b = m.generate(idx, 40, top_k=1, use_cache=False)
     assert torch.equal(a, b)
     assert a.shape == (2, 50)
+
+
+@pytest.mark.parametrize('B', [3, 1])
+@pytest.mark.parametrize('model', ['dense', 'mod', 'xmod', 'moe'])
+def test_prefill_equals_decoding_the_prompt_token_by_token(model, B):
+    """GPT.prefill runs the prompt in one causal pass: the same next-token logits as the causal forward, and every
+    layer's cache holds the same tokens at the same positions with the same keys and values as T decode steps."""
+    m = calibrated(model)
+    idx = prompts(3, 20)[:B]
+    one, steps = m.new_caches(B, idx.device), m.new_caches(B, idx.device)
+    with torch.no_grad():
+        logits = m.prefill(idx, one)
+        for t in range(20):
+            last = m.decode(idx[:, t], t, steps)
+        full, _ = m(idx, routing='causal')
+    assert (logits - full[:, -1]).abs().max().item() < 1e-4 and (logits - last).abs().max().item() < 1e-4
+    for a, b in zip(one, steps):
+        assert torch.equal(a.length, b.length) and a.filled == b.filled
+        for row in range(B):
+            n = int(a.length[row])
+            assert torch.equal(a.pos[row, :n], b.pos[row, :n])
+            assert torch.allclose(a.k[row, :, :n], b.k[row, :, :n], atol=1e-5)
+            assert torch.allclose(a.v[row, :, :n], b.v[row, :, :n], atol=1e-5)
+    if model in ('mod', 'xmod'):
+        lengths = [int(c.length.sum()) for c, layer in zip(one, m.transformer.h) if isinstance(layer, RoutedBlock)]
+        assert 0 < sum(lengths) < 20 * B * len(lengths)                # some tokens taken, not all
