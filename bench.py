@@ -143,6 +143,14 @@ def timer(phase, model, fwd, x, y, opt, ctx, dev, opt_cfg):
     return measure
 
 
+def optimizer(m, dev):
+    """What train.py steps with: GPT.configure_optimizers; the nanoGPT-shaped reference gets plain AdamW, as nanoGPT
+    does on a CPU."""
+    if isinstance(m, GPT):
+        return m.configure_optimizers(0.1, 1e-4, (0.9, 0.95), dev.split(':')[0])
+    return torch.optim.AdamW(m.parameters(), lr=1e-4)
+
+
 def saved_bytes(model, x, y):
     """Bytes of the tensors autograd saves for backward in one training forward: the activation memory."""
     total = 0
@@ -262,7 +270,7 @@ def bench(argv):
                     if decode:
                         m.eval()
                     fwd = torch.compile(m, fullgraph=True) if impl == 'compiled' else m
-                    opt = torch.optim.AdamW(m.parameters(), lr=1e-4) if phase == 'train' else None
+                    opt = optimizer(m, dev) if phase == 'train' else None
                     rows.append(dict(model=name, stride=cfg.stride if name == 'xmod' else None, impl=impl, T=T,
                                      phase=phase, ref=('dense', 'eager'),
                                      measure=timer(phase, m, fwd, x, y, opt, ctx, dev, opt_cfg),
@@ -272,7 +280,7 @@ def bench(argv):
             for impl in ('fast', 'naive'):
                 m = calibrated(replace(moe, impl=impl), dev, x)
                 rows.append(dict(model='moe', stride=None, impl=impl, T=T, phase='train', ref=('moe', 'fast'),
-                                 measure=timer('train', m, m, x, y, torch.optim.AdamW(m.parameters()), ctx, dev,
+                                 measure=timer('train', m, m, x, y, optimizer(m, dev), ctx, dev,
                                                opt_cfg), mem=None))
     if opt_cfg.extras and 'train' in wanted:             # nanoGPT's CPU recipe shape: 4 x 128, batch 12 x 64
         g = torch.Generator().manual_seed(1)
@@ -282,7 +290,7 @@ def bench(argv):
         ref = NanoGPTRef(4, 128, 4, 64, VOCAB).to(dev)
         for name, m in (('dense_4x128', ours), ('nanogpt_ref', ref)):
             rows.append(dict(model=name, stride=None, impl='eager', T=64, phase='train', ref=('nanogpt_ref', 'eager'),
-                             measure=timer('train', m, m, xr, yr, torch.optim.AdamW(m.parameters()), ctx, dev,
+                             measure=timer('train', m, m, xr, yr, optimizer(m, dev), ctx, dev,
                                            opt_cfg), mem=None))
 
     for r in rows:                                       # warm-up (and compile) once, then interleaved rounds
