@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from runs import METRICS, config_key
+from runs import METRICS, ROUTER_KNOBS, config_key
 
 # -----------------------------------------------------------------------------
 # plots
@@ -247,19 +247,16 @@ def plot_delta_vs_tokens(axes, table):
         ax.legend(fontsize=7)
 
 
-KNOBS = ('router_aux', 'router_momentum', 'router_zloss')   # the router knobs runs.variant names a fix by
-
-
 def paired_fixes(runs):
     """Each router-knob fix against the full X-MoD run of the same config and seed (all else equal): {label: {fix,
     config, seeds, <metric>: {mean, se, n}}}, difference = L_fix - L_xmod (< 0: the fix helps), se = std over seeds /
     sqrt(n), null for one seed."""
-    key = lambda r: config_key({k: v for k, v in r['config'].items() if k not in KNOBS})
+    key = lambda r: config_key({k: v for k, v in r['config'].items() if k not in ROUTER_KNOBS})
     ref = {key(r): r for r in runs if r['variant'] == 'xmod'}
     by = {}
     for r in runs:
         if r['model'] == 'xmod' and r['variant'].startswith('xmod-') and key(r) in ref:
-            fixed = {k: v for k, v in r['config'].items() if k not in KNOBS or k == 'seed'}
+            fixed = {k: v for k, v in r['config'].items() if k not in ROUTER_KNOBS or k == 'seed'}
             by.setdefault((r['variant'], config_key(fixed, with_seed=False)), []).append((r, ref[key(r)]))
     table = {}
     for (v, _), prs in sorted(by.items(), key=lambda kv: (kv[0][0], config_label(kv[1][0][0]))):
@@ -268,7 +265,7 @@ def paired_fixes(runs):
             d = [r['loss'][m] - x['loss'][m] for r, x in prs]
             entry[m] = dict(n=len(d), mean=float(np.mean(d)),
                             se=float(np.std(d, ddof=1) / math.sqrt(len(d))) if len(d) > 1 else None)
-        table[f'{v} {entry["config"]}'] = entry
+        table[entry['config']] = entry
     return table
 
 

@@ -125,13 +125,16 @@ def model_of(meta, path):
         raise UserError(f'{path}: {src}: {e}')
 
 
+ROUTER_KNOBS = ('router_aux', 'router_momentum', 'router_zloss')   # a run with one off its default is a fix, not X-MoD
+
+
 def variant(mc):
     """The family, with X-MoD's ablations told apart: 'xmod' is the full recipe; a router knob away from its default
     is named with its value (e.g. 'xmod-mom0' for the per-step quantile threshold), so the law never mixes them in."""
     if mc.model != 'xmod':
         return mc.model
     name = 'xmod' + ('' if mc.gate == 'variance' else '-plain') + ('' if mc.balance > 0 else '-nobal')
-    for field, short in (('router_aux', 'bce'), ('router_momentum', 'mom'), ('router_zloss', 'z')):
+    for field, short in zip(ROUTER_KNOBS, ('bce', 'mom', 'z')):
         if getattr(mc, field) != getattr(xmod.GPTConfig, field):
             name += f'-{short}{getattr(mc, field):g}'
     return name
@@ -174,8 +177,10 @@ def load_run(d):
     if not isinstance(meta['config'], dict):
         raise UserError(f'{jpath}: "config" is not an object')
     mc = model_of(meta, jpath)
-    # the config as --holdout and the duplicate check see it, with gate and balance as the model resolved them
-    cfg = dict(meta['config'], gate=mc.gate, balance=mc.balance)
+    # the config as --holdout, grouping and the duplicate check see it: gate, balance and the router knobs as the
+    # model resolved them, so a run from before a knob existed groups with a later one that left it at its default
+    cfg = dict(meta['config'], gate=mc.gate, balance=mc.balance,
+               **{k: getattr(mc, k) for k in ROUTER_KNOBS})
     if isinstance(meta['seed'], bool) or not isinstance(meta['seed'], int):
         raise UserError(f'{jpath}: seed must be an integer, got {meta["seed"]!r}')
     n_total, n_active, fpt = (positive_number(meta, k, jpath) for k in ('params_total', 'params_active',

@@ -693,3 +693,16 @@ def test_fixes_are_paired_by_seed_with_full_xmod(tmp_path):
     assert e['val_loss_causal']['mean'] == pytest.approx(np.mean(d))
     assert e['val_loss_causal']['se'] == pytest.approx(np.std(d, ddof=1) / math.sqrt(3))
     assert 'xmod-mom0' in report.fixes_md(table) and '-0.0100 +- 0.0058' in report.fixes_md(table)
+
+
+def test_a_run_from_before_a_knob_existed_groups_with_one_at_its_default(tmp_path):
+    """Old run.json files lack router_zloss; they are the same configuration as new runs that leave it at 0."""
+    for seed in (0, 1):
+        make_run(tmp_path, f'd{seed}', seed=seed, loss=1.80, flops_per_token=1e6)
+        extra = {} if seed == 0 else dict(router_zloss=0.0)
+        make_run(tmp_path, f'x{seed}', model='xmod', n_layer=12, stride=4, capacity=0.125, seed=seed, loss=1.79,
+                 flops_per_token=1e6, params_total=3e6, params_active=1e6, **extra)
+    runs = load_runs([str(tmp_path)])
+    pair_runs(runs)
+    table = report.delta_vs_tokens(runs)
+    assert len(table) == 1 and next(iter(table.values()))['seeds'] == [0, 1]
