@@ -204,8 +204,8 @@ def run_dense(runs, metric, n_boot, rng):
                   disable=None):
         wb = np.bincount(rng.integers(0, len(L), len(L)), minlength=len(L)).astype(np.float64)
         b = fit_dense(N, D, L, w=wb, starts=[theta])
-        if b is not None:
-            samples.append([dense_params(b[0])[k] for k in DENSE_PARAMS])
+        if b is not None and all(abs(float(v)) < 700 for v in b[0]):   # a log-coefficient past exp's range: the
+            samples.append([dense_params(b[0])[k] for k in DENSE_PARAMS])  # resample diverged, not kept (n_valid)
     out['ci'] = intervals(samples, DENSE_PARAMS, f'dense law [{metric}]')
     out['bootstrap'] = dict(n=n_boot, n_valid=len(samples))
     return out

@@ -706,3 +706,21 @@ def test_a_run_from_before_a_knob_existed_groups_with_one_at_its_default(tmp_pat
     pair_runs(runs)
     table = report.delta_vs_tokens(runs)
     assert len(table) == 1 and next(iter(table.values()))['seeds'] == [0, 1]
+
+
+def test_a_diverged_bootstrap_resample_is_not_kept(tmp_path, monkeypatch):
+    """A resample whose L-BFGS run leaves exp's range (a log-coefficient of 800) is dropped, counted in n_valid,
+    and no interval is made of what is left; the fit itself stands."""
+    make_sweep(tmp_path, contexts=(128,), strides=(4,), ablations=False)
+    runs = load_runs([str(tmp_path)])
+    real = fit_law.fit_dense
+    calls = []
+
+    def fake(N, D, L, w=None, starts=None):
+        calls.append(w)
+        best = real(N, D, L, w=w, starts=starts)
+        return best if w is None else (np.array([800.0, 0.3, 1.0, 0.3, 0.0]), best[1])
+    monkeypatch.setattr(fit_law, 'fit_dense', fake)
+    out = fit_law.run_dense(runs, 'val_loss_causal', 5, np.random.default_rng(0))
+    assert len(calls) == 6 and out['bootstrap'] == dict(n=5, n_valid=0)
+    assert all(v is None for v in out['ci'].values()) and math.isfinite(out['E'])
