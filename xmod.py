@@ -163,12 +163,12 @@ class KVCache:
         self.length[rows] += 1
         self.filled = int(self.length.max())
 
-    def fill(self, pos, k, v, length=None):
-        """The prompt's keys and values in one go (prefill): k, v (B, nh, L, hs) at positions pos (L,) or (B, L);
-        length (B,): how many of the L slots are real in each row (a routed layer's padded gather), else all."""
+    def fill(self, pos, k, v):
+        """The prompt's keys and values in one go (prefill): k, v (B, nh, L, hs) at positions pos (L,) or (B, L).
+        All L slots count as real; a routed layer's padded gather then sets `length` to its real counts."""
         L = k.size(2)
         self.k[:, :, :L], self.v[:, :, :L], self.pos[:, :L] = k, v, pos
-        self.length = torch.full_like(self.length, L) if length is None else length.clone()
+        self.length = torch.full_like(self.length, L)
         self.filled = L
 
     def read(self, rows):
