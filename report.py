@@ -301,7 +301,8 @@ def plot_routing_diagnostics(axes, runs, metric):
     counts = {}
     for r in full:
         counts[shape(r)] = counts.get(shape(r), 0) + 1
-    T, width = max(counts, key=counts.get)[:2]
+    ref_shape = max(counts, key=counts.get)
+    T, width = ref_shape[:2]
     ax, drawn = axes[0], False
     for s in sorted({r['stride'] for r in full}):
         by = {}
@@ -325,7 +326,6 @@ def plot_routing_diagnostics(axes, runs, metric):
         ax.legend(fontsize=7)
     else:
         empty_note(ax, f'no X-MoD config at T={T}, width {width} with pairs at two budgets')
-    ref_shape = max(counts, key=counts.get)
     ref = [r for r in xm if shape(r) == ref_shape]     # its full X-MoD runs and the fixes on it
     groups = {}
     for r in ref:
