@@ -341,6 +341,8 @@ def build_model(run):
         run.elapsed0, run.last_eval = ckpt.get('elapsed_s', 0.0), ckpt.get('last_eval')
         set_rng_state(ckpt['rng'][run.rank] if run.rank < len(ckpt['rng']) else ckpt['rng'][0])
         run.checkpoint = None                      # free the memory
+    if cfg.compile:   # causal routing reads its padded count k_max from the data: captured, it stays in the graph
+        torch._dynamo.config.capture_scalar_outputs = True
     fwd = torch.compile(raw) if cfg.compile else raw
     step_fn = fwd
     if run.ddp:

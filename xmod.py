@@ -396,8 +396,6 @@ class RoutedBlock(nn.Module):
             x = self.forward_naive(x, mask, w)
         elif routing == 'topk':
             x = self.forward_fast(x, idx, w)
-        elif torch.compiler.is_compiling():
-            x = self.forward_fast_masked(x, mask, w)                       # static shapes for the compiler
         else:
             x = self.forward_fast_causal(x, mask, w)
         aux.update(scores=r, mask=mask)
@@ -455,33 +453,25 @@ class RoutedBlock(nn.Module):
         in order, and padded to the batch's largest count k_max; the block runs on (B, k_max, C) at the tokens'
         original positions, and the gated update of the real (not padding) slots is scattered back. Plain causal
         attention suffices: a real slot's earlier slots are all real, and what padding slots compute is dropped.
-        cache (generation's prefill): gets the k_max slots, of which `counts` per row are real."""
+        cache (generation's prefill): gets the k_max slots, of which `counts` per row are real.
+        k_max is the one size read from the data. torch.compile keeps it in one graph as a size it does not know
+        (an "unbacked" size: set torch._dynamo.config.capture_scalar_outputs = True, as train.py does), told only
+        its bounds; at least one slot, so that no tensor is empty (a batch where nothing passes runs one padding
+        slot, whose update is multiplied by 0)."""
         B, T, C = x.size()
         counts = mask.sum(1)                                                # (B,) tokens taken per sequence
-        k_max = int(counts.max())                                           # the one data-dependent size
-        if k_max == 0:
-            return x
+        k_max = int(counts.max().clamp_min(1))
+        torch._check(k_max >= 1)
+        torch._check(k_max <= T)
         first = torch.where(mask, 0, T) + torch.arange(T, device=x.device)  # selected positions sort first
         idx = first.argsort(dim=1)[:, :k_max]                               # (B, k_max) positions, ascending
         real = torch.arange(k_max, device=x.device) < counts.unsqueeze(1)   # (B, k_max)
         gidx = idx.unsqueeze(-1).expand(-1, -1, C)                          # (B, k_max, C)
         f = self.block.delta(torch.gather(x, 1, gidx), idx, cache=cache)    # (B, k_max, C); RoPE at positions idx
-        if cache is not None:
-            cache.length = counts.clone()                                   # the padding slots are not cached
+        if cache is not None:                                               # the padding slots are not cached
+            cache.length, cache.filled = counts.clone(), int(counts.max())
         ws = (torch.gather(w, 1, idx) * real).unsqueeze(-1)                 # (B, k_max, 1); 0 on padding
         return torch.scatter_add(x, 1, gidx, ws * f)
-
-    def forward_fast_masked(self, x, mask, w):
-        """Causal routing, static shapes: the number of selected tokens varies per sequence, so run the block on all
-        T tokens with an attention mask that lets a query see only selected keys (and itself, so no row is empty),
-        then keep the update of selected tokens only. Same result as the naive gather; costs a dense layer. Used
-        under torch.compile, where forward_fast_causal's data-dependent k_max would break the graph."""
-        B, T, C = x.size()
-        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-        eye = torch.eye(T, dtype=torch.bool, device=x.device)
-        attn_mask = (causal & (mask.unsqueeze(1) | eye)).unsqueeze(1)        # (B, 1, T, T): query t, key j
-        f = self.block.delta(x, torch.arange(T, device=x.device), attn_mask)  # (B, T, C)
-        return torch.where(mask.unsqueeze(-1), x + w.unsqueeze(-1) * f, x)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -780,7 +770,9 @@ class GPT(nn.Module):
                 continue
             (decay if p.dim() >= 2 and 'router.weight' not in name else no_decay).append(p)
         groups = [{'params': decay, 'weight_decay': weight_decay}, {'params': no_decay, 'weight_decay': 0.0}]
-        fused = device_type == 'cuda'
+        # fused: one kernel over all parameters instead of a dozen small ops per tensor, on a CPU too (X-MoD at width
+        # 128, 12 layers, 2 cores: the optimizer step 12 ms of a 230 ms training step, fused 3 ms)
+        fused = device_type in ('cuda', 'cpu')
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
 
     @torch.no_grad()

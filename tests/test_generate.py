@@ -91,3 +91,26 @@ def test_prefill_equals_decoding_the_prompt_token_by_token(model, B):
     if model in ('mod', 'xmod'):
         lengths = [int(c.length.sum()) for c, layer in zip(one, m.transformer.h) if isinstance(layer, RoutedBlock)]
         assert 0 < sum(lengths) < 20 * B * len(lengths)                # some tokens taken, not all
+
+
+@pytest.mark.parametrize('B', [3, 1])
+def test_routed_layers_that_take_none_or_all_of_the_prompt(B):
+    """One routed layer whose threshold nothing passes (its cache stays empty after the prompt: no padding slot
+    counts as a token), one that everything passes: cached greedy decoding still equals recomputing the window."""
+    m = calibrated('xmod')
+    routed = [layer for layer in m.transformer.h if isinstance(layer, RoutedBlock)]
+    with torch.no_grad():
+        routed[0].router.thr_sum.fill_(1e9)                                # nothing passes
+        routed[1].router.thr_sum.fill_(-1e9)                               # everything passes
+    idx = prompts(3, 12, seed=4)[:B]
+    caches = m.new_caches(B, idx.device)
+    with torch.no_grad():
+        m.prefill(idx, caches)
+    first, second = (caches[list(m.transformer.h).index(layer)] for layer in routed[:2])
+    assert first.filled == 0 and first.length.tolist() == [0] * B
+    assert second.filled == 12 and second.length.tolist() == [12] * B
+    torch.manual_seed(0)
+    a = m.generate(idx, 8, top_k=1, use_cache=True)
+    torch.manual_seed(0)
+    b = m.generate(idx, 8, top_k=1, use_cache=False)
+    assert torch.equal(a, b)
