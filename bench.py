@@ -14,10 +14,14 @@ runs the same way: a compiled row is against the compiled dense model):
   eval_causal   a forward with causal routing and no gradient (the honest validation loss)
   decode_b1/b8  generate() with the KV cache: a 64-token prompt, then 256 new tokens, at batch 1 and 8 (measured
                 at contexts of at least 320 tokens, where the window never slides)
+  layer_train   (extras) one routed layer alone, forward and backward, top-k: the fast path against the naive one,
+                for X-MoD's first routed layer and the MoE's first layer
+  layer_causal  (extras) the same X-MoD layer's forward in causal routing, no gradient
 Models: dense (the reference), xmod (stride and capacity below, FLOP-matched to dense_layers dense layers), and for
-decode a dense model of xmod's total depth and width (the same parameters: `same_depth`). The MoE's fast and naive
-paths and the dense model against a nanoGPT-shaped GPT (LayerNorm, learned positions; written below) at nanoGPT's
-CPU recipe shape (4 layers, 128 wide, batch 12 x 64) are timed in the train phase.
+decode a dense model of xmod's total depth and width (the same parameters: `same_depth`). The MoE's fast path
+against its naive one (whole model, train phase; and the layer phases) and the dense model against a nanoGPT-shaped
+GPT (LayerNorm, learned positions; written below) at nanoGPT's CPU recipe shape (4 layers, 128 wide, batch 12 x 64)
+in the train phase.
 Rows are measured `rounds` times, interleaved across rows, and the median is kept: read the ratios, not the
 absolute figures, which move with the machine's load. `mem_MB`: the tensors saved for backward in one training
 step (activation memory; on CUDA, the peak allocated).
@@ -56,7 +60,7 @@ rounds = 3                # measurements per row, interleaved; the median is kep
 new_tokens = 256          # decode: tokens generated after the prompt
 prompt = 64               # decode: prompt length
 compile = False           # also time torch.compile(fullgraph=True) of the train and eval phases
-extras = True             # also the MoE's fast vs naive path and dense vs a nanoGPT-shaped GPT (train phase)
+extras = True             # also fast vs naive paths (MoE model; one routed layer) and dense vs a nanoGPT-shaped GPT
 contention = False        # instead: the train phase under each CPU setting, alone and beside one busy process
 json = ''                 # write the rows as JSON to this path (also: --json PATH)
 # -----------------------------------------------------------------------------------------------------------------
@@ -144,6 +148,34 @@ def timer(phase, model, fwd, x, y, opt, ctx, dev, opt_cfg):
     return measure
 
 
+def layer_timer(m, l, x, routing, opt_cfg, dev):
+    """One layer of model m alone, on the hidden states that reach it: forward and backward in top-k routing, the
+    forward alone (no gradient) in causal routing. The routed computation without the rest of the model, where
+    the naive and the fast path differ. Returns measure() -> (seconds, tokens)."""
+    with torch.no_grad():
+        pos = torch.arange(x.size(1), device=x.device)
+        h = m.transformer.wte(x)
+        for layer in m.transformer.h[:l]:
+            h = layer(h, pos, routing)[0]                                # (B, T, C) the input of layer l
+    h.requires_grad_(routing == 'topk')
+    layer = m.transformer.h[l]
+
+    def measure():
+        sync(dev)
+        t0 = time.perf_counter()
+        for _ in range(opt_cfg.steps):
+            if routing == 'topk':
+                layer.zero_grad(set_to_none=True)
+                h.grad = None
+                layer(h, pos, routing)[0].square().mean().backward()
+            else:
+                with torch.no_grad():
+                    layer(h, pos, routing)
+        sync(dev)
+        return time.perf_counter() - t0, opt_cfg.steps * x.numel()
+    return measure
+
+
 def optimizer(m, dev):
     """What train.py steps with: GPT.configure_optimizers; the nanoGPT-shaped reference gets plain AdamW, as nanoGPT
     does on a CPU."""
@@ -172,7 +204,9 @@ def saved_bytes(model, x, y):
 CPU_SETTINGS = {'libgomp default': {'GOMP_SPINCOUNT': '300000'},
                 'OMP_WAIT_POLICY=PASSIVE': {'OMP_WAIT_POLICY': 'PASSIVE'},
                 'GOMP_SPINCOUNT=30000': {'GOMP_SPINCOUNT': '30000'},
+                'GOMP_SPINCOUNT=10000': {'GOMP_SPINCOUNT': '10000'},
                 'GOMP_SPINCOUNT=3000': {'GOMP_SPINCOUNT': '3000'},
+                'GOMP_SPINCOUNT=1000': {'GOMP_SPINCOUNT': '1000'},
                 '1 thread': {'OMP_NUM_THREADS': '1', 'GOMP_SPINCOUNT': '300000'}}
 BUSY = 'import torch\ntorch.set_num_threads(1)\na = torch.randn(512, 512)\nwhile True:\n    a @ a\n'
 
@@ -282,9 +316,18 @@ def bench(argv):
             moe = replace(dense, model='moe')
             for impl in ('fast', 'naive'):
                 m = calibrated(replace(moe, impl=impl), dev, x)
-                rows.append(dict(model='moe', stride=None, impl=impl, T=T, phase='train', ref=('moe', 'fast'),
+                rows.append(dict(model='moe', stride=None, impl=impl, T=T, phase='train', ref=('moe', 'naive'),
                                  measure=timer('train', m, m, x, y, optimizer(m, dev), ctx, dev,
                                                opt_cfg), mem=None))
+            # the routed computation alone: X-MoD's first routed layer (both routings) and the MoE's first layer
+            for name, cfg, l, routings in (('xmod', sparse, 1, ('topk', 'causal')), ('moe', moe, 0, ('topk',))):
+                for routing in routings:
+                    for impl in ('fast', 'naive'):
+                        m = calibrated(replace(cfg, impl=impl), dev, x)
+                        phase = 'layer_train' if routing == 'topk' else 'layer_causal'
+                        rows.append(dict(model=name, stride=cfg.stride if name == 'xmod' else None, impl=impl, T=T,
+                                         phase=phase, ref=(name, 'naive'), mem=None,
+                                         measure=layer_timer(m, l, x, routing, opt_cfg, dev)))
     if opt_cfg.extras and 'train' in wanted:             # nanoGPT's CPU recipe shape: 4 x 128, batch 12 x 64
         g = torch.Generator().manual_seed(1)
         xr, yr = (torch.randint(0, VOCAB, (12, 64), generator=g).to(dev) for _ in range(2))
@@ -308,8 +351,8 @@ def bench(argv):
     out = []
     print(f"device {dev} {opt_cfg.dtype}, {torch.get_num_threads()} threads, n_embd {opt_cfg.n_embd}, xmod stride "
           f"{opt_cfg.stride} FLOP-matched to {opt_cfg.dense_layers} dense layers; median of {opt_cfg.rounds} rounds")
-    print("| model | impl | T | phase | tokens/s | vs dense (FLOP-matched) | vs same-depth dense | mem MB |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| model | impl | T | phase | tokens/s | ratio | against | vs same-depth dense | mem MB |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         def ratio(model, impl='eager'):
             ref = [q for q in rows if q['model'] == model and q['impl'] == impl and q['T'] == r['T']
@@ -318,7 +361,8 @@ def bench(argv):
         vs = ratio(*r['ref'])
         vs_same = ratio('same_depth') if r['phase'].startswith('decode') else None
         row = dict(model=r['model'], stride=r['stride'], impl=r['impl'], T=r['T'], phase=r['phase'],
-                   tokens_per_s=round(r['tokens_per_s'], 1), ratio_vs_dense=vs and round(vs, 3))
+                   tokens_per_s=round(r['tokens_per_s'], 1), ratio_vs_dense=vs and round(vs, 3),
+                   against=' '.join(r['ref']))
         if r['phase'].startswith('decode'):
             row['ratio_vs_same_depth_dense'] = vs_same and round(vs_same, 3)
         if r['mem'] is not None:
@@ -326,7 +370,8 @@ def bench(argv):
         out.append(row)
         fmt = lambda v: '-' if v is None else f"{v:.2f}"
         print(f"| {row['model']}{'' if row['stride'] is None else ' s%d' % row['stride']} | {row['impl']} | "
-              f"{row['T']} | {row['phase']} | {row['tokens_per_s']:,.0f} | {fmt(vs)} | {fmt(vs_same)} | "
+              f"{row['T']} | {row['phase']} | {row['tokens_per_s']:,.0f} | {fmt(vs)} | {' '.join(r['ref'])} | "
+              f"{fmt(vs_same)} | "
               f"{row.get('mem_MB', '-')} |")
     if opt_cfg.json:
         with open(opt_cfg.json, 'w') as f:

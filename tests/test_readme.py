@@ -37,3 +37,11 @@ def test_quickstart_prints_what_the_readme_says(tmp_path):
     for s in steps:
         assert printed[s[0]] == s, (s, printed.get(s[0]))
     assert re.findall(r'done: .*val_loss ([\d.]+), val_loss_causal ([\d.]+)', r.stdout) == done
+
+
+def test_each_section_of_the_readme_appears_once():
+    """A newcomer reads one Quickstart and one Speed section: no heading is repeated (an edit once pasted a stale
+    copy of half the README after the current one)."""
+    with open(os.path.join(ROOT, 'README.md')) as f:
+        headings = [line.strip() for line in f if line.startswith('#')]
+    assert len(headings) == len(set(headings)), sorted(h for h in headings if headings.count(h) > 1)

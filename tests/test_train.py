@@ -563,3 +563,19 @@ def test_bench_prints_and_writes_its_rows(tmp_path):
             assert x['ratio_vs_same_depth_dense'] > 0
             if x['model'] == 'same_depth':
                 assert x['ratio_vs_same_depth_dense'] == 1.0
+
+
+def test_bench_extras_time_fast_against_naive(tmp_path):
+    """The extras at a toy size: the MoE model and one routed layer (X-MoD: top-k and causal; MoE: top-k), each fast
+    path against its naive one (the naive row is the reference, at 1), and dense against the nanoGPT-shaped GPT."""
+    out = tmp_path / 'bench.json'
+    r = run(os.path.join(ROOT, 'bench.py'), '--contexts=40', '--n_embd=32', '--n_head=2', '--steps=1', '--rounds=1',
+            '--phases=train', f'--json={out}')
+    assert r.returncode == 0, r.stderr
+    rows = {(x['model'], x['impl'], x['phase']): x for x in json.load(open(out))}
+    for model, phase in (('moe', 'train'), ('moe', 'layer_train'), ('xmod', 'layer_train'), ('xmod', 'layer_causal')):
+        naive, fast = rows[(model, 'naive', phase)], rows[(model, 'fast', phase)]
+        assert naive['against'] == fast['against'] == f'{model} naive' and naive['ratio_vs_dense'] == 1.0
+        assert fast['ratio_vs_dense'] == pytest.approx(fast['tokens_per_s'] / naive['tokens_per_s'], rel=1e-2)
+    assert rows[('nanogpt_ref', 'eager', 'train')]['ratio_vs_dense'] == 1.0
+    assert rows[('dense_4x128', 'eager', 'train')]['against'] == 'nanogpt_ref eager'
