@@ -370,9 +370,8 @@ def bench(argv):
         out.append(row)
         fmt = lambda v: '-' if v is None else f"{v:.2f}"
         print(f"| {row['model']}{'' if row['stride'] is None else ' s%d' % row['stride']} | {row['impl']} | "
-              f"{row['T']} | {row['phase']} | {row['tokens_per_s']:,.0f} | {fmt(vs)} | {' '.join(r['ref'])} | "
-              f"{fmt(vs_same)} | "
-              f"{row.get('mem_MB', '-')} |")
+              f"{row['T']} | {row['phase']} | {row['tokens_per_s']:,.0f} | {fmt(vs)} | {row['against']} | "
+              f"{fmt(vs_same)} | {row.get('mem_MB', '-')} |")
     if opt_cfg.json:
         with open(opt_cfg.json, 'w') as f:
             jsonlib.dump(out, f, indent=1)

@@ -165,11 +165,15 @@ class KVCache:
 
     def fill(self, pos, k, v):
         """The prompt's keys and values in one go (prefill): k, v (B, nh, L, hs) at positions pos (L,) or (B, L).
-        All L slots count as real; a routed layer's padded gather then sets `length` to its real counts."""
+        All L slots count as real; a routed layer's padded gather then `keep`s its real counts."""
         L = k.size(2)
         self.k[:, :, :L], self.v[:, :, :L], self.pos[:, :L] = k, v, pos
         self.length = torch.full_like(self.length, L)
         self.filled = L
+
+    def keep(self, counts):
+        """After a padded fill: only the first counts (B,) slots of each row are real tokens (a routed prefill)."""
+        self.length, self.filled = counts.clone(), int(counts.max())
 
     def read(self, rows):
         """k, v (n, nh, L, hs) of the sequences `rows` (None: all, of equal length) and a mask of their real slots
@@ -468,8 +472,8 @@ class RoutedBlock(nn.Module):
         real = torch.arange(k_max, device=x.device) < counts.unsqueeze(1)   # (B, k_max)
         gidx = idx.unsqueeze(-1).expand(-1, -1, C)                          # (B, k_max, C)
         f = self.block.delta(torch.gather(x, 1, gidx), idx, cache=cache)    # (B, k_max, C); RoPE at positions idx
-        if cache is not None:                                               # the padding slots are not cached
-            cache.length, cache.filled = counts.clone(), int(counts.max())
+        if cache is not None:
+            cache.keep(counts)                                              # the padding slots are not cached
         ws = (torch.gather(w, 1, idx) * real).unsqueeze(-1)                 # (B, k_max, 1); 0 on padding
         return torch.scatter_add(x, 1, gidx, ws * f)
 
