@@ -5,6 +5,7 @@ bench.py: the speed of X-MoD against its FLOP-matched dense model, every figure 
     python bench.py --contexts=128 --phases=train --compile=True
     python bench.py --json bench.json                # also write the table as a list of rows
     python bench.py --contention=True                # CPU settings, alone and beside one busy process
+    python bench.py --contexts=128 --phases=train --profile=True   # and where each row's time goes
     python bench.py --device=cuda --dtype=bfloat16 --compile=True --contexts=1024 --n_embd=768 --n_head=12 \
                     --dense_layers=12 --batch_size=8
 
@@ -62,6 +63,7 @@ prompt = 64               # decode: prompt length
 compile = False           # also time torch.compile(fullgraph=True) of the train and eval phases
 extras = True             # also fast vs naive paths (MoE model; one routed layer) and dense vs a nanoGPT-shaped GPT
 contention = False        # instead: the train phase under each CPU setting, alone and beside one busy process
+profile = False           # also print each row's torch.profiler table (aten ops by self CPU time, one measurement)
 json = ''                 # write the rows as JSON to this path (also: --json PATH)
 # -----------------------------------------------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
@@ -272,6 +274,7 @@ def bench(argv):
     dev = pick_device(opt_cfg.device)
     if opt_cfg.compile:   # causal routing's k_max, read from the data, stays in the graph (xmod.py, RoutedBlock)
         torch._dynamo.config.capture_scalar_outputs = True
+        torch._dynamo.config.recompile_limit = 64   # every row's model is a new compile of the same GPT.forward
     ctx = (torch.autocast(dev.split(':')[0], dtype=torch.bfloat16) if opt_cfg.dtype == 'bfloat16' else
            torch.autocast(dev.split(':')[0], enabled=False))
     if opt_cfg.contention:
@@ -372,6 +375,12 @@ def bench(argv):
         print(f"| {row['model']}{'' if row['stride'] is None else ' s%d' % row['stride']} | {row['impl']} | "
               f"{row['T']} | {row['phase']} | {row['tokens_per_s']:,.0f} | {fmt(vs)} | {row['against']} | "
               f"{fmt(vs_same)} | {row.get('mem_MB', '-')} |")
+    if opt_cfg.profile:                                  # where the time goes, row by row
+        for r, row in zip(rows, out):
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+                r['measure']()
+            print(f"\nprofile: {row['model']} {row['impl']} T={row['T']} {row['phase']} ({opt_cfg.steps} steps)")
+            print(prof.key_averages().table(sort_by='self_cpu_time_total', row_limit=12))
     if opt_cfg.json:
         with open(opt_cfg.json, 'w') as f:
             jsonlib.dump(out, f, indent=1)

@@ -22,6 +22,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import time
 import tokenize
 import types
 from ast import literal_eval
@@ -361,13 +362,60 @@ def pick_device(name, local_rank=None):
     return name
 
 
+def threads_left(cpus, others, most):
+    """The thread count for a CPU run: the CPUs that other processes leave free (others: how many CPUs' worth of
+    time they used lately), at least 1, at most `most`."""
+    return max(1, min(most, round(cpus - others)))
+
+
+class CPUThreads:
+    """train.py's --threads=0 on a CPU: give torch the cores that other processes leave free, looked at every
+    `every` seconds. OpenMP's threads spin-wait for each other at every barrier (libgomp: 300,000 spins); with
+    another busy process on one of the cores that spinning becomes most of the time (a run beside one took 3x as
+    long with 2 threads, 1.5x with 1; README, Speed). The others' use is the CPU time of this process's CPUs
+    (/proc/stat) minus this process's own (os.times). Linux only; elsewhere it never changes anything."""
+
+    def __init__(self, every=2.0):
+        self.most = torch.get_num_threads()           # torch's default, or OMP_NUM_THREADS: never more
+        self.cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else []
+        self.every = every
+        self.seen = self.sample()
+
+    def sample(self):
+        """(wall s, CPU s used on our CPUs by every process, CPU s used by this one), or None where unknown."""
+        try:
+            with open('/proc/stat') as f:
+                rows = {r[0]: r[1:] for r in (line.split() for line in f) if r and r[0][3:].isdigit()}
+            ticks = [[int(v) for v in rows[f'cpu{c}']] for c in self.cpus]
+        except (OSError, ValueError, KeyError):
+            return None
+        busy = sum(sum(t) - t[3] - t[4] for t in ticks)           # everything but idle and iowait
+        own = os.times()
+        return time.time(), busy / os.sysconf('SC_CLK_TCK'), own.user + own.system
+
+    def __call__(self):
+        """Look again if `every` seconds have passed; the new thread count when it changed, else None."""
+        if not self.cpus or self.seen is None or time.time() - self.seen[0] < self.every:
+            return None
+        now = self.sample()
+        if now is None:
+            return None
+        wall, all_cpu, own_cpu = (a - b for a, b in zip(now, self.seen))
+        self.seen = now
+        threads = threads_left(len(self.cpus), (all_cpu - own_cpu) / wall, self.most)
+        if threads == torch.get_num_threads():
+            return None
+        torch.set_num_threads(threads)
+        return threads
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # train.py's checks, resume merge and dataset discovery
 
 # Keys that describe this invocation, not the run: a resume takes them from the command line (or their defaults),
 # and every other key from the checkpoint unless the command line sets it.
 SESSION_KEYS = ('out_dir', 'init_from', 'overwrite', 'stop_iter', 'log_interval', 'device', 'dtype', 'compile',
-                'backend')
+                'backend', 'threads')
 DTYPES = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}
 
 
@@ -389,6 +437,7 @@ def check_config(cfg, world_size, explicit):
          "no budget: set one of --max_iters, --max_tokens or --max_flops to a number > 0")
     need(cfg.learning_rate > 0, f"--learning_rate={cfg.learning_rate}: expected a number > 0")
     need(0 <= cfg.beta1 < 1 and 0 <= cfg.beta2 < 1, "--beta1 and --beta2: expected numbers in [0, 1)")
+    need(cfg.threads >= 0, f"--threads={cfg.threads}: expected 0 (auto) or a number of CPU threads >= 1")
     need(cfg.dtype in ('',) + tuple(DTYPES), f"--dtype={cfg.dtype!r}: expected '' (auto) | {' | '.join(DTYPES)}")
     need(cfg.gradient_accumulation_steps % world_size == 0,
          f"--gradient_accumulation_steps={cfg.gradient_accumulation_steps} is not a multiple of the world size "

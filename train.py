@@ -35,10 +35,10 @@ from tqdm import tqdm
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # xmod.py, harness.py and data/ live here
 import xmod
-from harness import (DTYPES, RUN_FILES, LossDiverged, UserError, append_log, check_config, clean_state_dict,
-                     configure, defaults_of, find_data, git_commit, load_checkpoint, never_checkpointed, one_line,
-                     pick_device, resume_config, rng_state, run_main, save_checkpoint, set_rng_state, truncate_log,
-                     write_json)
+from harness import (DTYPES, RUN_FILES, CPUThreads, LossDiverged, UserError, append_log, check_config,
+                     clean_state_dict, configure, defaults_of, find_data, git_commit, load_checkpoint,
+                     never_checkpointed, one_line, pick_device, resume_config, rng_state, run_main, save_checkpoint,
+                     set_rng_state, truncate_log, write_json)
 from xmod import GPT, GPTConfig
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -97,8 +97,9 @@ min_lr = 1e-4               # ~ learning_rate/10 (Chinchilla); set it together w
 # system
 device = ''                 # '' = auto: cuda, then mps, then cpu
 dtype = ''                  # '' = auto: bfloat16 autocast on CUDA (float16 without bf16 support), float32 elsewhere
-compile = False             # torch.compile: worth it on a GPU, barely helps on a CPU
+compile = False             # torch.compile: on a GPU; on a CPU, runs over ~10 min (X-MoD steps 1.4x, compile ~2.5 min)
 backend = ''                # DDP backend, '' = nccl on GPU, gloo on CPU
+threads = 0                 # CPU threads; 0 = the cores other processes leave free, looked at every 2 s (README, Speed)
 seed = 1337                 # initial weights, data order and dropout
 # -----------------------------------------------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
@@ -457,7 +458,14 @@ def train(argv):
     window, since_eval = torch.zeros((), device=run.dev), torch.zeros((), device=run.dev)
     window_steps, since_eval_steps = 0, 0
     t_mark, tok_mark, t_eval_end = time.time(), run.step * run.tokens_per_iter, time.time()
+    if run.device_type == 'cpu' and cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    share_cpu = CPUThreads() if run.device_type == 'cpu' and not cfg.threads else lambda: None
     while True:
+        threads = share_cpu()
+        if threads and run.master:
+            tqdm.write(f"step {run.step:>6}: {threads} CPU thread{'s' * (threads > 1)} (other processes busy on the "
+                       f"cores: --threads=N fixes the count)")
         if (run.step % cfg.eval_interval == 0 or run.step == run.n_iters) and run.step != resumed_at:
             train_loss = host_mean(run, since_eval, since_eval_steps, 'training loss') if since_eval_steps else ''
             tokens_per_s = (round(since_eval_steps * run.tokens_per_iter / (time.time() - t_eval_end), 1)

@@ -353,6 +353,7 @@ def bad_train(capsys, tmp_path):
     (['--batch_size=0'], ('batch_size',)),
     (['--max_iters=0'], ('budget',)),
     (['--device=tpu'], ('device',)),
+    (['--threads=-1'], ('--threads=-1', 'auto')),
 ])
 def test_bad_arguments(bad_train, args, needles):
     bad_train(args, *needles)
@@ -583,3 +584,41 @@ def test_bench_extras_time_fast_against_naive(tmp_path):
         assert fast['ratio_vs_dense'] == pytest.approx(fast['tokens_per_s'] / naive['tokens_per_s'], rel=1e-2)
     assert rows[('nanogpt_ref', 'eager', 'train')]['ratio_vs_dense'] == 1.0
     assert rows[('dense_4x128', 'eager', 'train')]['against'] == 'nanogpt_ref eager'
+
+
+def test_bench_profiles_each_row():
+    """--profile=True: after the table, a torch.profiler table of aten ops for every row."""
+    r = run(os.path.join(ROOT, 'bench.py'), '--contexts=40', '--n_embd=32', '--n_head=2', '--steps=1', '--rounds=1',
+            '--phases=eval_causal', '--extras=False', '--profile=True')
+    assert r.returncode == 0, r.stderr
+    table, profiles = r.stdout.split('\nprofile: ', 1)
+    assert '| xmod s4 | eager | 40 | eval_causal |' in table
+    assert profiles.startswith('dense eager T=40 eval_causal') and 'profile: xmod eager T=40 eval_causal' in profiles
+    assert profiles.count('aten::') >= 10 and 'Self CPU' in profiles
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# CPU threads beside other processes (--threads=0)
+
+def test_threads_left_for_a_run_beside_other_processes():
+    assert harness.threads_left(2, 0.05, 2) == 2         # alone: every core
+    assert harness.threads_left(2, 0.7, 2) == 1          # one busy neighbour on 2 cores: one thread, no spinning
+    assert harness.threads_left(2, 2.0, 2) == 1          # never fewer than one
+    assert harness.threads_left(16, 3.2, 8) == 8         # never more than torch's own default
+
+
+def test_cpu_threads_follow_a_busy_neighbour():
+    """A real neighbour: a process spinning on one CPU is seen within one look, and the thread count drops to the
+    CPUs it leaves free; torch's thread count is restored after the test."""
+    share = harness.CPUThreads(every=1.0)
+    if share.seen is None or share.most != len(share.cpus) or share.most < 2:
+        pytest.skip('needs /proc/stat and torch using every CPU it may run on')
+    busy = subprocess.Popen([sys.executable, '-c', 'while True: pass'])
+    try:
+        share.seen = share.sample()                       # start the look with the neighbour already running
+        time.sleep(1.5)
+        assert share() == share.most - 1 == torch.get_num_threads()
+    finally:
+        busy.kill()
+        busy.wait()
+        torch.set_num_threads(share.most)
