@@ -535,7 +535,11 @@ def train(argv):
 
 
 def main(argv=None):
-    return run_main('train.py', train, argv, interrupted='continue from the last checkpoint with --init_from=resume')
+    threads = torch.get_num_threads()           # --threads changes it while a run trains: a caller gets it back
+    try:
+        return run_main('train.py', train, argv, interrupted='continue from the last checkpoint with --init_from=resume')
+    finally:
+        torch.set_num_threads(threads)
 
 
 if __name__ == '__main__':
