@@ -464,8 +464,8 @@ def train(argv):
     while True:
         threads = share_cpu()
         if threads and run.master:
-            tqdm.write(f"step {run.step:>6}: {threads} CPU thread{'s' * (threads > 1)} (other processes busy on the "
-                       f"cores: --threads=N fixes the count)")
+            tqdm.write(f"step {run.step:>6}: CPU threads -> {threads} (the cores other processes leave free; "
+                       f"--threads=N fixes the count)")
         if (run.step % cfg.eval_interval == 0 or run.step == run.n_iters) and run.step != resumed_at:
             train_loss = host_mean(run, since_eval, since_eval_steps, 'training loss') if since_eval_steps else ''
             tokens_per_s = (round(since_eval_steps * run.tokens_per_iter / (time.time() - t_eval_end), 1)

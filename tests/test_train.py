@@ -630,8 +630,9 @@ def test_cpu_threads_follow_a_busy_neighbour():
         torch.set_num_threads(before)
 
 
-def test_train_gives_the_thread_count_back(corpus, tmp_path, monkeypatch):
-    """train.main in a caller's process: whatever --threads did during the run, the caller's count is restored."""
+def test_train_gives_the_thread_count_back(corpus, tmp_path, monkeypatch, capsys):
+    """train.main in a caller's process: a change of thread count is printed, and whatever --threads did during
+    the run, the caller's count is restored."""
     before = torch.get_num_threads()
     monkeypatch.setattr(harness.CPUThreads, '__call__', lambda self: torch.set_num_threads(1) or 1)
     torch.set_num_threads(2)
@@ -639,5 +640,6 @@ def test_train_gives_the_thread_count_back(corpus, tmp_path, monkeypatch):
         rc = train.main([f'--data_dir={corpus}', f'--out_dir={tmp_path / "t"}'] + TINY[:4] + ['--max_iters=2',
                         '--eval_interval=2', '--eval_tokens=256'])
         assert rc == 0 and torch.get_num_threads() == 2
+        assert 'step      0: CPU threads -> 1' in capsys.readouterr().out
     finally:
         torch.set_num_threads(before)
