@@ -97,7 +97,7 @@ min_lr = 1e-4               # ~ learning_rate/10 (Chinchilla); set it together w
 # system
 device = ''                 # '' = auto: cuda, then mps, then cpu
 dtype = ''                  # '' = auto: bfloat16 autocast on CUDA (float16 without bf16 support), float32 elsewhere
-compile = False             # torch.compile: on a GPU; on a CPU, runs over ~10 min (X-MoD steps 1.4x, compile ~2.5 min)
+compile = False             # torch.compile: on a GPU; on a CPU, runs over ~15 min (X-MoD 1.2x faster, compile ~2.5 min)
 backend = ''                # DDP backend, '' = nccl on GPU, gloo on CPU
 threads = 0                 # CPU threads; 0 = the cores other processes leave free, looked at every 2 s (README, Speed)
 seed = 1337                 # initial weights, data order and dropout
