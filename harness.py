@@ -6,7 +6,8 @@ harness.py: the machinery around a run that a reader of train.py does not need t
   - exit codes and the user-error type, and `run_main`, which turns them into one line on stderr
   - the run folder: run.json, log.csv (its first columns, LOG_COLUMNS, are a contract fit_law.py reads) and
     ckpt.pt, every write atomic; truncating the log on resume
-  - every random generator's state, for an exact resume; the git commit; device picking
+  - every random generator's state, for an exact resume; the git commit; device picking; on a CPU, the thread
+    count that other busy processes leave (`CPUThreads`, train.py's --threads=0)
   - train.py's input checks (check_config), the merge of a checkpoint's config with a resume's command line
     (resume_config), and finding (or preparing) a dataset (find_data)
 """
