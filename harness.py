@@ -410,6 +410,17 @@ class CPUThreads:
         return threads
 
 
+def cpu_threads(device_type, threads):
+    """train.py's --threads: N > 0 fixes torch's thread count; 0 returns a CPUThreads that adapts it when called.
+    Off a CPU nothing changes. Returns a callable: the new thread count when it just changed, else None."""
+    if device_type != 'cpu':
+        return lambda: None
+    if threads:
+        torch.set_num_threads(threads)
+        return lambda: None
+    return CPUThreads()
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # train.py's checks, resume merge and dataset discovery
 

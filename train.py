@@ -35,10 +35,10 @@ from tqdm import tqdm
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # xmod.py, harness.py and data/ live here
 import xmod
-from harness import (DTYPES, RUN_FILES, CPUThreads, LossDiverged, UserError, append_log, check_config,
-                     clean_state_dict, configure, defaults_of, find_data, git_commit, load_checkpoint,
-                     never_checkpointed, one_line, pick_device, resume_config, rng_state, run_main, save_checkpoint,
-                     set_rng_state, truncate_log, write_json)
+from harness import (DTYPES, RUN_FILES, LossDiverged, UserError, append_log, check_config, clean_state_dict,
+                     configure, cpu_threads, defaults_of, find_data, git_commit, load_checkpoint, never_checkpointed,
+                     one_line, pick_device, resume_config, rng_state, run_main, save_checkpoint, set_rng_state,
+                     truncate_log, write_json)
 from xmod import GPT, GPTConfig
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -458,9 +458,7 @@ def train(argv):
     window, since_eval = torch.zeros((), device=run.dev), torch.zeros((), device=run.dev)
     window_steps, since_eval_steps = 0, 0
     t_mark, tok_mark, t_eval_end = time.time(), run.step * run.tokens_per_iter, time.time()
-    if run.device_type == 'cpu' and cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    share_cpu = CPUThreads() if run.device_type == 'cpu' and not cfg.threads else lambda: None
+    share_cpu = cpu_threads(run.device_type, cfg.threads)
     while True:
         threads = share_cpu()
         if threads and run.master:
