@@ -1,0 +1,90 @@
+"""cpu_lr: the peak learning rate tuned per arm and width. Every earlier sweep ran both arms at one shared rate
+(2e-3) at every width; scaling studies find that tuning the rate per size moves fitted laws (Porian et al. 2024),
+so the reference pair (4 dense layers against X-MoD stride 4, c ~0.125, T=128, 2M tokens) is rerun on a grid.
+
+    python sweep.py sweeps/cpu_lr.py          # run again until it says "0 to run": each pass adds what the last found
+    python report.py ...                      # (see README, Results) for the loss-against-rate plot
+
+1. The grid: widths 64, 128, 192 x peak rates 1e-3 .. 8e-3 (8x), seed 0, min_lr = lr / 10, cosine as before.
+2. Edges: where an arm's best rate at a width is the grid's highest (lowest) finished rate, the next rate up
+   (down) by 2x is added, until the best is inside the grid.
+3. Seeds at each arm's own best rate: seeds 1-2 at widths 64 and 192, seeds 1-4 at the reference width 128, so that
+   Delta at tuned rates has 3 and 5 seeds per arm.
+
+Steps 2 and 3 read the finished runs of results/cpu_lr/runs when sweep.py loads this file, so a pass only adds
+what the previous passes found; `python sweep.py sweeps/cpu_lr.py --dry_run` shows the state. Every run is
+2M tokens at the cpu_small recipe otherwise, 1 thread each, 2 at a time; about 2.5 hours for the grid and the seeds.
+"""
+import json
+import os
+import runpy
+
+name = 'cpu_lr'
+jobs = 2
+M = 1_000_000
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUNS = os.path.join(os.path.dirname(HERE), 'results', name, 'runs')
+
+small = runpy.run_path(os.path.join(HERE, 'cpu_small.py'))
+common = dict(small['common'], threads=1)
+run, dense, xmod = small['builders'](tokens_per_iter=2048, width=128, tokens=2 * M, block_size=128)
+
+WIDTHS = (128, 64, 192)                 # the reference width first: a partial sweep already answers the most
+GRID = (1e-3, 2e-3, 4e-3, 8e-3)
+SEEDS = {128: (1, 2, 3, 4), 64: (1, 2), 192: (1, 2)}
+
+
+def lr_tag(lr):
+    return f'_lr{lr:g}'                              # 2e-3 -> '_lr0.002'
+
+
+def arm(kind, width, lr, seed=0):
+    """One run of an arm at a width and peak rate (min_lr = lr / 10)."""
+    kw = dict(learning_rate=lr, min_lr=lr / 10, seed=seed)
+    if kind == 'dense':
+        r = dense(4, n_embd=width, **kw)
+    elif width == 128:
+        r = xmod(4, 12, 4, **kw)                                         # c 0.125: the reference X-MoD
+    else:
+        r = xmod(4, 0, 4, n_embd=width, tag=f'_d{width}', **kw)          # depth and capacity solved, as cpu_medium
+    base, _, seed_part = r['name'].partition('_seed')
+    r['name'] = base + lr_tag(lr) + (f'_seed{seed_part}' if seed_part else '')
+    return r
+
+
+def final_val(r):
+    """The finished run's final val_loss, or None."""
+    try:
+        with open(os.path.join(RUNS, r['name'], 'run.json')) as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return info['final']['val_loss'] if info.get('finished') else None
+
+
+def rates(kind, width):
+    """The grid for one arm and width, extended by 2x past an edge that holds the best finished rate."""
+    lrs = list(GRID)
+    while True:
+        vals = [final_val(arm(kind, width, lr)) for lr in lrs]
+        if any(v is None for v in vals):
+            return lrs, None                                             # not all finished: no best yet
+        best = min(range(len(lrs)), key=lambda i: vals[i])
+        if best == len(lrs) - 1:
+            lrs.append(lrs[-1] * 2)
+        elif best == 0:
+            lrs.insert(0, lrs[0] / 2)
+        else:
+            return lrs, lrs[best]
+
+
+runs = []
+for width in WIDTHS:
+    for kind in ('dense', 'xmod'):
+        lrs, _ = rates(kind, width)
+        runs += [arm(kind, width, lr) for lr in lrs]
+for width in WIDTHS:
+    for kind in ('dense', 'xmod'):
+        _, best = rates(kind, width)
+        if best is not None:
+            runs += [arm(kind, width, best, seed=s) for s in SEEDS[width]]
