@@ -42,7 +42,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import UserError, configure, defaults_of, pick_device, run_main
-from xmod import GPT, GPTConfig, match_flops
+from xmod import GPT, GPTConfig, flops_per_token, match_flops
 
 # -----------------------------------------------------------------------------------------------------------------
 device = 'cpu'            # cpu | cuda | mps
@@ -65,6 +65,7 @@ extras = True             # also fast vs naive paths (MoE model; one routed laye
 contention = False        # instead: the train phase under each CPU setting, alone and beside one busy process
 profile = False           # also print each row's torch.profiler table (aten ops by self CPU time, one measurement)
 json = ''                 # write the rows as JSON to this path (also: --json PATH)
+peak_tflops = 0.0         # the device's peak for MFU (0 = auto: 989 for H100/H200 in bf16, the datasheets' dense rate)
 # -----------------------------------------------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
 VOCAB = 84
@@ -251,6 +252,29 @@ def contention_table(opt_cfg, T):
     return rows
 
 
+def model_flops(rows, out, opt_cfg, dev):
+    """Model FLOP/s of the train and eval rows (train: 3 x forward FLOPs per token, as train.py counts; eval: 1 x),
+    and MFU against the device's peak (--peak_tflops; on an H100/H200 in bf16, 989 TFLOP/s dense)."""
+    peak = opt_cfg.peak_tflops
+    if not peak and dev.startswith('cuda') and opt_cfg.dtype == 'bfloat16':
+        name = torch.cuda.get_device_name(dev)
+        peak = 989.0 if ('H100' in name or 'H200' in name) else 0.0
+    lines = []
+    for r, row in zip(rows, out):
+        if r.get('fpt') and r['phase'] in ('train', 'eval_causal'):
+            row['model_tflops'] = round((3 if r['phase'] == 'train' else 1) * r['fpt'] * r['tokens_per_s'] / 1e12, 4)
+            if peak:
+                row['mfu'] = round(row['model_tflops'] / peak, 4)
+            mfu = f"{row['mfu']:.1%}" if peak else '-'
+            lines.append(f"| {row['model']} | {row['impl']} | {row['T']} | {row['phase']} | "
+                         f"{row['model_tflops']:.3g} | {mfu} |")
+    if lines:
+        print(f"\nmodel FLOP/s (forward FLOPs/token x 3 for train, x 1 for eval) and MFU against "
+              f"{f'{peak:g} TFLOP/s' if peak else 'no known peak (--peak_tflops)'}")
+        print("| model | impl | T | phase | model TFLOP/s | MFU |\n|---|---|---|---|---|---|")
+        print('\n'.join(lines))
+
+
 def bench(argv):
     argv = list(argv)
     if '--json' in argv[:-1]:                            # `--json PATH` as well as `--json=PATH`
@@ -312,7 +336,7 @@ def bench(argv):
                     fwd = torch.compile(m, fullgraph=True) if impl == 'compiled' else m
                     opt = optimizer(m, dev) if phase == 'train' else None
                     rows.append(dict(model=name, stride=cfg.stride if name == 'xmod' else None, impl=impl, T=T,
-                                     phase=phase, ref=('dense', impl),
+                                     phase=phase, ref=('dense', impl), fpt=flops_per_token(cfg, T, B),
                                      measure=timer(phase, m, fwd, x, y, opt, ctx, dev, opt_cfg),
                                      mem=saved_bytes(m, x, y) if phase == 'train' and impl == 'eager' else None))
         if opt_cfg.extras and 'train' in wanted and T == Ts[0]:
@@ -375,6 +399,7 @@ def bench(argv):
         print(f"| {row['model']}{'' if row['stride'] is None else ' s%d' % row['stride']} | {row['impl']} | "
               f"{row['T']} | {row['phase']} | {row['tokens_per_s']:,.0f} | {fmt(vs)} | {row['against']} | "
               f"{fmt(vs_same)} | {row.get('mem_MB', '-')} |")
+    model_flops(rows, out, opt_cfg, dev)
     if opt_cfg.profile:                                  # where the time goes, row by row
         for r, row in zip(rows, out):
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:

@@ -30,7 +30,7 @@ top_k = 200                 # keep only the top_k most likely tokens (0 = all)
 seed = 1337                 # the sampling draws
 use_cache = True            # KV cache: each new token runs each layer once (False: recompute the window)
 device = ''                 # '' = auto: cuda, then mps, then cpu
-dtype = ''                  # '' = bfloat16 on CUDA, float32 elsewhere
+dtype = ''                  # '' = bfloat16 autocast on CUDA, float32 elsewhere; bfloat16 | float16 on a CPU too
 show_routing = False        # also write out_dir/routing.png: each token of the first sample by its routed depth
 # -----------------------------------------------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
@@ -72,6 +72,8 @@ def sample(argv):
     if not ids:
         raise UserError("--start is empty: give at least one token of prompt (the default is a newline)")
 
+    if cfg.dtype not in ('', 'float32', 'bfloat16', 'float16'):
+        raise UserError(f"--dtype={cfg.dtype!r}: expected '' (auto) | float32 | bfloat16 | float16")
     dtype = cfg.dtype or ('bfloat16' if device_type == 'cuda' and torch.cuda.is_bf16_supported() else 'float32')
     ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type=device_type,
                                                                    dtype=getattr(torch, dtype))

@@ -272,8 +272,9 @@ def setup_run(argv):
     device_type = dev.split(':')[0]
     dtype = cfg.dtype or ('float32' if device_type != 'cuda' else
                           'bfloat16' if torch.cuda.is_bf16_supported() else 'float16')
-    if dtype == 'float16' and device_type != 'cuda':
-        raise UserError("--dtype=float16 needs a CUDA device (use float32 or bfloat16)")
+    if dtype == 'float16' and device_type not in ('cuda', 'cpu'):
+        raise UserError(f"--dtype=float16 needs a CUDA device or the CPU (its grad scaler), not {device_type} "
+                        f"(use float32 or bfloat16)")
 
     folder, meta = find_data(cfg, ddp)
     vocab_size = meta['vocab_size']

@@ -4,7 +4,8 @@ xmod.py: Dense, Mixture-of-Depths (MoD), X-MoD and a small Mixture-of-Experts (M
 Read it top to bottom:
   1. GPTConfig ........ the model's shape, with a clear error for every bad field; the layer layout
   2. the backbone ..... RMSNorm, RoPE attention that takes explicit positions, MLP, Block
-  3. routing .......... capacity_k, topk_cut, route_topk, depth_balance_loss, Router (scores, gate, causal threshold)
+  3. routing .......... capacity_k, topk_cut, route_topk, depth_balance_loss, in_float32 (routers under autocast),
+                        Router (scores, gate, causal threshold)
   4. RoutedBlock ...... MoD / X-MoD: a whole block that only k tokens per sequence go through
                         (naive path: a loop over sequences with boolean masks; fast path: batched gather/scatter)
   5. MoE .............. token-choice top-k over experts (naive: loop over experts; fast: sort by expert + bmm)
@@ -17,6 +18,7 @@ The paper ("X-MoD: Practical Scaling Laws for Sparse-Depth Routing Beyond Mixtur
 abstract only; where a choice below is our reading of it, the comment says so. Shapes: B batch, T time (context),
 C channels (n_embd), k tokens routed per sequence, E experts, H expert hidden size.
 """
+import functools
 import math
 from dataclasses import dataclass, replace
 from typing import Optional
@@ -150,15 +152,16 @@ class KVCache:
 
     def append(self, rows, pos, k, v):
         """rows (n,) the sequences taking a token at positions pos (n,), or None for all of them, when all have the
-        same length (a dense layer; a routed layer at batch 1); k, v (n, nh, 1, hs)."""
+        same length (a dense layer; a routed layer at batch 1); k, v (n, nh, 1, hs), in any dtype (autocast gives
+        bf16 values): they are written in the cache's own."""
         if rows is None:
             at = self.filled
-            self.k[:, :, at], self.v[:, :, at], self.pos[:, at] = k[:, :, 0], v[:, :, 0], pos
+            self.k[:, :, at], self.v[:, :, at], self.pos[:, at] = k[:, :, 0], v[:, :, 0], pos   # copy_ casts
             self.length += 1
             self.filled += 1
             return
         at = self.length[rows]                                          # (n,) the next free slot of each row
-        self.k[rows, :, at], self.v[rows, :, at] = k[:, :, 0], v[:, :, 0]
+        self.k[rows, :, at], self.v[rows, :, at] = k[:, :, 0].to(self.k.dtype), v[:, :, 0].to(self.v.dtype)
         self.pos[rows, at] = pos
         self.length[rows] += 1
         self.filled = int(self.length.max())
@@ -318,6 +321,19 @@ def depth_balance_loss(p, target):
     return ((depth - target) ** 2).mean() / p.size(0)
 
 
+def in_float32(forward):
+    """A router's forward(self, x) in float32 with autocast off, whatever the precision around it ("selective
+    precision": Switch Transformers keeps its router in float32, Fedus et al. 2021). Under bf16 autocast, with 8
+    bits of mantissa, most rows of 128 scores hold ties, and a top-k cut between equal scores would no longer make
+    "selected" mean "score > cut"; the causal threshold and the router's BCE targets would lose their meaning too.
+    In float32 it changes nothing. Used by Router.forward and MoE.router_logits."""
+    @functools.wraps(forward)
+    def wrapped(self, x):
+        with torch.autocast(x.device.type, enabled=False):
+            return forward(self, x.float())
+    return wrapped
+
+
 class Router(nn.Module):
     """Scores each token for one routed layer, turns a score into the gate on the layer's update, and keeps the
     calibrated threshold that causal routing uses."""
@@ -336,10 +352,11 @@ class Router(nn.Module):
         self.register_buffer('thr_sum', torch.zeros(()))
         self.register_buffer('thr_steps', torch.zeros(()))
 
+    @in_float32
     def forward(self, x):
-        """x (B, T, C) -> scores (B, T). The variance gate normalises each token's input (RMSNorm) and the weight
-        (unit norm), so scores have the same scale at every depth and use no statistics across positions (a
-        per-batch or per-sequence normalisation would leak the future into causal routing)."""
+        """x (B, T, C) -> scores (B, T), in float32 (in_float32). The variance gate normalises each token's input
+        (RMSNorm) and the weight (unit norm), so scores have the same scale at every depth and use no statistics
+        across positions (a per-batch or per-sequence normalisation would leak the future into causal routing)."""
         if self.variance:
             return F.linear(F.rms_norm(x, (x.size(-1),)), self.weight / self.weight.norm()).squeeze(-1)
         return F.linear(x, self.weight).squeeze(-1)
@@ -414,13 +431,13 @@ class RoutedBlock(nn.Module):
         if x.size(0) == 1:                  # batch 1: a Python branch, no index ops (most tokens are skipped here)
             if not take.item():
                 return x
-            return x + self.router.gate(r).unsqueeze(-1) * self.block.decode_delta(x, pos, cache, None)
+            return x + (self.router.gate(r).unsqueeze(-1) * self.block.decode_delta(x, pos, cache, None)).to(x.dtype)
         rows = take.nonzero().squeeze(1)                                    # (n,) sequences whose token is taken
         if rows.numel() == 0:
             return x
         f = self.block.decode_delta(x[rows], pos[rows], cache, rows)        # (n, 1, C)
         out = x.clone()
-        out[rows] = x[rows] + self.router.gate(r[rows]).unsqueeze(-1) * f
+        out[rows] = x[rows] + (self.router.gate(r[rows]).unsqueeze(-1) * f).to(x.dtype)
         return out
 
     def prefill(self, x, pos, cache):
@@ -439,18 +456,19 @@ class RoutedBlock(nn.Module):
                 continue
             xs = x[b, pos].unsqueeze(0)                                     # (1, k_b, C)
             f = self.block.delta(xs, pos)                                   # (1, k_b, C)
-            out[b, pos] = x[b, pos] + w[b, pos].unsqueeze(-1) * f[0]
+            out[b, pos] = x[b, pos] + (w[b, pos].unsqueeze(-1) * f[0]).to(x.dtype)   # in the residual's dtype
         return out
 
     def forward_fast(self, x, idx, w):
         """Top-k, static shapes: gather the k tokens of every sequence at once, run the block batched, scatter-add
-        the gated update. scatter_add touches only the selected rows, so every other token is bit-for-bit x."""
+        the gated update. scatter_add touches only the selected rows, so every other token is bit-for-bit x.
+        Under autocast f is bf16/fp16 and the gate float32: the update joins the residual stream in x's dtype."""
         C = x.size(-1)
         gidx = idx.unsqueeze(-1).expand(-1, -1, C)                          # (B, k, C)
         xs = torch.gather(x, 1, gidx)                                       # (B, k, C)
         f = self.block.delta(xs, idx)                                       # (B, k, C); RoPE at positions idx
         ws = torch.gather(w, 1, idx).unsqueeze(-1)                          # (B, k, 1)
-        return torch.scatter_add(x, 1, gidx, ws * f)
+        return torch.scatter_add(x, 1, gidx, (ws * f).to(x.dtype))
 
     def forward_fast_causal(self, x, mask, w, cache=None):
         """Causal routing at the cost of the tokens taken: each sequence's selected tokens are gathered to the front,
@@ -475,7 +493,7 @@ class RoutedBlock(nn.Module):
         if cache is not None:
             cache.keep(counts)                                              # the padding slots are not cached
         ws = (torch.gather(w, 1, idx) * real).unsqueeze(-1)                 # (B, k_max, 1); 0 on padding
-        return torch.scatter_add(x, 1, gidx, ws * f)
+        return torch.scatter_add(x, 1, gidx, (ws * f).to(x.dtype))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -508,8 +526,8 @@ class MoE(nn.Module):
         """x (B, T, C) -> y (B, T, C), aux: the balance and z losses, each expert's load, the dropped fraction."""
         B, T, C = x.size()
         xf = x.reshape(B * T, C)                                             # (N, C)
-        logits = self.router(xf)                                             # (N, E)
-        probs = F.softmax(logits.float(), dim=-1)
+        logits = self.router_logits(xf)                                      # (N, E) float32
+        probs = F.softmax(logits, dim=-1)
         topv, tope = torch.topk(probs, self.top_k, dim=-1)                   # (N, K)
         weights = (topv / topv.sum(-1, keepdim=True)).to(x.dtype)
         cap = expert_capacity(self.config, B * T, routing)
@@ -523,11 +541,15 @@ class MoE(nn.Module):
                                                                 device=x.device)) / tope.numel()
         aux = {
             'moe_balance': self.E * (load * probs.mean(0)).sum(),
-            'moe_zloss': torch.logsumexp(logits.float(), dim=-1).pow(2).mean(),  # router z-loss (Zoph et al. 2022)
+            'moe_zloss': torch.logsumexp(logits, dim=-1).pow(2).mean(),  # router z-loss (Zoph et al. 2022)
             'load': load.detach(),
             'drop_frac': 1.0 - kept.detach().float() / tope.numel(),
         }
         return self.dropout(y.view(B, T, C)), aux
+
+    @in_float32
+    def router_logits(self, xf):
+        return self.router(xf)
 
     def forward_naive(self, xf, tope, weights, cap):
         """Loop over experts. Assignments in priority order: all first choices (by token), then second choices."""
@@ -822,7 +844,7 @@ class GPT(nn.Module):
                 logits = self.prefill(idx, caches)
             else:
                 logits = self.decode(idx[:, -1], T - 1, caches)
-            logits = logits / max(temperature, 1e-8)
+            logits = logits.float() / max(temperature, 1e-8)   # float32: autocast's bf16/fp16 logits overflow here
             if top_k is not None:
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
                 logits[logits < v[:, [-1]]] = -float('inf')

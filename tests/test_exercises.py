@@ -152,8 +152,8 @@ def mistaken_body(name, body, keyword):
         new = 'self.block.delta(xs, torch.arange(xs.size(1)))'         # positions 0..k-1 after the gather
         return tweak(name, old, new)
     if name == 'forward_naive':
-        return tweak(name, 'x[b, pos] + w[b, pos].unsqueeze(-1) * f[0]',
-                     'x[b, pos] + w[b, pos].unsqueeze(-1) * (x[b, pos] + f[0])')
+        return tweak(name, 'x[b, pos] + (w[b, pos].unsqueeze(-1) * f[0])',
+                     'x[b, pos] + (w[b, pos].unsqueeze(-1) * (x[b, pos] + f[0]))')
     if name == 'moe_forward_fast' and keyword == 'capacity ignored':
         return 'cap = xf.size(0)    # every assignment gets a slot\n' + textwrap.dedent(reference_body(name))
     if name == 'moe_forward_fast':
