@@ -429,6 +429,8 @@ def cpu_threads(device_type, threads):
 SESSION_KEYS = ('out_dir', 'init_from', 'overwrite', 'stop_iter', 'log_interval', 'device', 'dtype', 'compile',
                 'backend', 'threads')
 DTYPES = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}
+INIT_MODES = ('scratch', 'resume', 'auto')       # or a path to a kept checkpoint (ckpt_S.pt): a branch
+LR_SCHEDULES = ('cosine', 'wsd', 'constant')
 
 
 def check_config(cfg, world_size, explicit):
@@ -436,8 +438,13 @@ def check_config(cfg, world_size, explicit):
     def need(ok, msg):
         if not ok:
             raise UserError(msg)
-    need(cfg.init_from in ('scratch', 'resume', 'auto'),
-         f"--init_from={cfg.init_from!r}: expected scratch | resume | auto")
+    need(cfg.init_from in INIT_MODES or cfg.init_from.endswith('.pt'),
+         f"--init_from={cfg.init_from!r}: expected scratch | resume | auto | PATH/ckpt_S.pt (a kept step to branch "
+         f"from)")
+    need(cfg.lr_schedule in LR_SCHEDULES, f"--lr_schedule={cfg.lr_schedule!r}: expected {' | '.join(LR_SCHEDULES)}")
+    need(0 <= cfg.cooldown_frac <= 1, f"--cooldown_frac={cfg.cooldown_frac}: expected a fraction in [0, 1]")
+    need(all(x.strip().isdigit() for x in cfg.save_steps.split(',')) if cfg.save_steps.strip() else True,
+         f"--save_steps={cfg.save_steps!r}: expected comma-separated step numbers, e.g. --save_steps=400,800")
     need(cfg.model in xmod.MODELS, f"--model={cfg.model!r}: expected {' | '.join(xmod.MODELS)}")
     for k in ('batch_size', 'block_size', 'gradient_accumulation_steps', 'eval_interval', 'log_interval',
               'dense_layers', 'n_head', 'n_embd', 'stride'):

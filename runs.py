@@ -28,7 +28,7 @@ REQUIRED_MODEL = ('model', 'n_layer', 'n_head', 'n_embd', 'block_size', 'stride'
 USED_COLUMNS = ('step', 'tokens', 'flops', 'val_loss', 'val_loss_causal')  # these must be finite in every row
 # config keys that cannot change a run's result: two runs differing only in these are the same experiment
 IGNORE_KEYS = ('out_dir', 'init_from', 'log_interval', 'compile', 'device', 'overwrite', 'stop_iter', 'dtype',
-               'backend', 'eval_interval', 'data_dir')
+               'backend', 'eval_interval', 'data_dir', 'threads', 'save_steps')
 # pairing tolerances: the same training tokens, and match_flops' 2% (README, "Our reading of the paper", The law)
 TOKENS_TOL = 0.01
 FPT_TOL = 0.02
@@ -219,6 +219,9 @@ def load_runs(patterns):
             raise UserError(f'{os.path.join(r["dir"], "run.json")}: duplicate run, the same config and seed as '
                             f'{os.path.join(seen[k], "run.json")}')
         seen[k] = r['dir']
+    # one canonical order, by configuration and seed, whatever the order and globs of the arguments: the bootstrap's
+    # resamples then draw the same runs, so any command line gives the same fit.json
+    runs.sort(key=lambda r: (config_key(r['config'], with_seed=False), r['seed']))
     # short names for tables: the relative path, minus the prefix all runs share
     prefix = os.path.commonpath([os.path.abspath(r['dir']) for r in runs]) if len(runs) > 1 else None
     for r in runs:
@@ -232,7 +235,8 @@ def load_runs(patterns):
 
 def pair_runs(runs):
     """Give every sparse run its FLOP-matched dense partner (same n_embd, block_size, seed; tokens within 1%;
-    flops_per_token within 2%; the closest in flops_per_token). Skip, with a warning, the ones that have none."""
+    flops_per_token within 2%; the closest in flops_per_token; among equals, one trained at the same learning rate,
+    so that a learning-rate sweep pairs rate with rate). Skip, with a warning, the ones that have none."""
     dense = [r for r in runs if r['model'] == 'dense']
     sparse = [r for r in runs if r['model'] != 'dense']
     for r in sparse:
@@ -240,7 +244,8 @@ def pair_runs(runs):
                  and abs(d['tokens'] - r['tokens']) <= TOKENS_TOL * max(d['tokens'], r['tokens'])
                  and abs(r['fpt'] / d['fpt'] - 1) <= FPT_TOL]
         if cands:
-            r['partner'] = min(cands, key=lambda d: (abs(math.log(r['fpt'] / d['fpt'])),
+            other_lr = lambda d: d['config'].get('learning_rate') != r['config'].get('learning_rate')
+            r['partner'] = min(cands, key=lambda d: (abs(math.log(r['fpt'] / d['fpt'])), other_lr(d),
                                                      abs(d['tokens'] - r['tokens']), d['name']))
         else:
             warn(f'{os.path.join(r["dir"], "run.json")}: no FLOP-matched dense partner (same n_embd, block_size, '

@@ -14,12 +14,15 @@ n_layer (0 = dense_layers); mod/xmod with match_flops=True solve depth and capac
 within 2% of that dense model (xmod.match_flops); moe keeps the dense depth, its active parameters match dense.
 
 Outputs in out_dir: log.csv (a row per evaluation), run.json (the resolved config, sizes, FLOPs, final losses),
-ckpt.pt (atomic, at every evaluation). --init_from=resume continues exactly where a run stopped. The learning-rate
-schedule is fixed when a run starts: resuming with a larger budget extends it at min_lr.
+ckpt.pt (atomic, at every evaluation), ckpt_S.pt (a kept copy of step S, --save_steps). --init_from=resume continues
+exactly where a run stopped. The learning-rate schedule is fixed when a run starts: resuming with a larger budget
+extends it at min_lr. --init_from=PATH/ckpt_S.pt branches a new run (its own out_dir, budget and schedule) from a
+kept step: one long warmup-stable-decay run gives every shorter budget by branching at that budget's cooldown.
 Exit codes: 0 done (or stopped by stop_iter); 2 bad input (one line on stderr, nothing on disk touched);
 3 the loss became NaN or inf (the last good checkpoint is kept); 130 interrupted.
 """
 import contextlib
+import glob
 import math
 import os
 import random
@@ -35,7 +38,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # xmod.py, harness.py and data/ live here
 import xmod
-from harness import (DTYPES, RUN_FILES, LossDiverged, UserError, append_log, check_config, clean_state_dict,
+from harness import (DTYPES, INIT_MODES, RUN_FILES, LossDiverged, UserError, append_log, check_config, clean_state_dict,
                      configure, cpu_threads, defaults_of, find_data, git_commit, load_checkpoint, never_checkpointed,
                      one_line, pick_device, resume_config, rng_state, run_main, save_checkpoint, set_rng_state,
                      truncate_log, write_json)
@@ -49,7 +52,10 @@ eval_interval = 250         # evaluate, log a row and checkpoint every this many
 eval_tokens = 65536         # size of the fixed validation set (0 = the whole val split); a few seconds on a CPU
 eval_iters = 0              # nanoGPT's knob: if > 0, the val set is eval_iters batches of batch_size windows instead
 log_interval = 10           # progress bar and NaN check every this many iterations
-init_from = 'scratch'       # 'scratch' | 'resume' | 'auto' (resume when out_dir has a checkpoint, else scratch)
+init_from = 'scratch'       # 'scratch' | 'resume' | 'auto' (resume when out_dir has a checkpoint, else scratch) |
+                            # PATH/ckpt_S.pt: a new run in out_dir branched from that kept step (weights, optimizer,
+                            # RNG, data position); its schedule follows its own budget (WSD cooldowns)
+save_steps = ''             # comma-separated steps whose checkpoint is also kept as out_dir/ckpt_S.pt (branch points)
 overwrite = False           # scratch into an out_dir that already holds a run replaces it only with this
 stop_iter = 0               # stop after this iteration as if killed (0 = off): resume tests, preemption drills
 # data
@@ -85,13 +91,15 @@ moe_zloss = GPTConfig.moe_zloss   # weight of the router z-loss
 max_iters = 2000            # optimizer steps
 max_tokens = 0              # training tokens (the way to give a FLOP-matched pair the same data)
 max_flops = 0.0             # training FLOPs, counted as 3 x forward FLOPs/token x tokens
-# optimizer: AdamW, linear warmup, cosine decay to min_lr
+# optimizer: AdamW, linear warmup, then the schedule: cosine decay to min_lr, or warmup-stable-decay
 learning_rate = 1e-3        # peak learning rate
+lr_schedule = 'cosine'      # 'cosine' | 'wsd' (constant, then linear to min_lr over the last cooldown_frac) | 'constant'
+cooldown_frac = 0.2         # wsd: the fraction of the budget that decays to min_lr
 weight_decay = 0.1          # AdamW's, on matrices only
 beta1 = 0.9                 # AdamW's first-moment decay
 beta2 = 0.99                # small batches: a shorter second-moment memory, as nanoGPT's char model
 grad_clip = 1.0             # clip the gradient norm to this (0 = off)
-decay_lr = True             # cosine decay after warmup (False: constant learning_rate)
+decay_lr = True             # False: constant learning_rate after warmup, whatever lr_schedule says (nanoGPT's key)
 warmup_iters = 100          # linear warmup steps
 min_lr = 1e-4               # ~ learning_rate/10 (Chinchilla); set it together with learning_rate
 # system
@@ -182,13 +190,29 @@ def eval_starts(n_tokens, T, tokens):
 # -----------------------------------------------------------------------------------------------------------------
 # schedule and evaluation
 
+def cooldown_start(cfg, schedule_iters):
+    """wsd: the step where the linear decay to min_lr begins, the last cooldown_frac of the budget (rounded)."""
+    return schedule_iters - round(cfg.cooldown_frac * schedule_iters)
+
+
 def get_lr(cfg, it, schedule_iters):
-    """Linear warmup, then cosine decay from learning_rate to min_lr over the iterations the run started with;
-    beyond them (a run extended on resume), min_lr."""
+    """Linear warmup, then over the iterations the run started with (schedule_iters):
+      cosine    decay from learning_rate to min_lr; beyond them (a run extended on resume), min_lr;
+      wsd       warmup-stable-decay (Hagele et al. 2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed
+                Training Durations"): learning_rate until cooldown_start, then linearly to min_lr. Until its
+                cooldown a run does not depend on its budget, so a long run's step cooldown_start(N) is the start of
+                every run of budget N: one stable run and a short branch per budget replace a run per budget;
+      constant  learning_rate (also decay_lr=False)."""
     if it < cfg.warmup_iters:
         return cfg.learning_rate * (it + 1) / (cfg.warmup_iters + 1)
-    if not cfg.decay_lr:
+    if not cfg.decay_lr or cfg.lr_schedule == 'constant':
         return cfg.learning_rate
+    if cfg.lr_schedule == 'wsd':
+        start = cooldown_start(cfg, schedule_iters)
+        if it < start:
+            return cfg.learning_rate
+        ratio = min(1.0, (it - start) / max(1, schedule_iters - start))
+        return cfg.learning_rate + ratio * (cfg.min_lr - cfg.learning_rate)
     ratio = min(1.0, (it - cfg.warmup_iters) / max(1, schedule_iters - cfg.warmup_iters))
     return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.learning_rate - cfg.min_lr)
 
@@ -256,16 +280,33 @@ def setup_run(argv):
         rank, local_rank, world_size = (int(os.environ[k]) for k in ('RANK', 'LOCAL_RANK', 'WORLD_SIZE'))
     check_config(cfg, world_size, explicit)
     ckpt_path = os.path.join(cfg.out_dir, 'ckpt.pt')
-    resume = cfg.init_from == 'resume' or (cfg.init_from == 'auto' and os.path.exists(ckpt_path))
-    checkpoint = None
+    branch_from = cfg.init_from if cfg.init_from not in INIT_MODES else None
+    own = load_checkpoint(ckpt_path) if branch_from and os.path.exists(ckpt_path) else None
+    # a branch whose own folder already holds its checkpoint continues it, like auto (sweep.py reruns commands)
+    resume = (cfg.init_from == 'resume' or (cfg.init_from == 'auto' and os.path.exists(ckpt_path)) or
+              (own is not None and (own.get('branch_of') or {}).get('checkpoint') == branch_from and
+               not cfg.overwrite))
+    checkpoint, branch = None, None
     if resume:
-        checkpoint = load_checkpoint(ckpt_path)
+        checkpoint = own or load_checkpoint(ckpt_path)
         cfg = resume_config(checkpoint['config'], cfg, explicit, DEFAULTS)
         check_config(cfg, world_size, explicit)          # again: a resumed config comes from the checkpoint
-    else:
+        branch = checkpoint.get('branch_of')
+    elif branch_from:
+        if os.path.realpath(os.path.dirname(branch_from) or '.') == os.path.realpath(cfg.out_dir):
+            raise UserError(f"--init_from={branch_from}: a branch needs its own --out_dir (this one holds the run "
+                            f"it branches from)")
+        checkpoint = load_checkpoint(branch_from, missing='keep that step with --save_steps in the run it comes from')
+        cfg = resume_config(checkpoint['config'], cfg, explicit, DEFAULTS)
+        if 'save_steps' not in explicit:
+            cfg.save_steps = ''                          # the parent's branch points are not the branch's
+        check_config(cfg, world_size, explicit)
+        branch = {'checkpoint': branch_from, 'step': checkpoint['step']}
+    if not resume:
         held = [f for f in RUN_FILES if os.path.exists(os.path.join(cfg.out_dir, f))]
-        # auto (the sweep runner's mode) may replace a run killed before its first checkpoint: nothing to keep
-        if held and not cfg.overwrite and not (cfg.init_from == 'auto' and never_checkpointed(cfg.out_dir)):
+        # auto (the sweep runner's mode) and a branch may replace a run killed before its first checkpoint
+        if held and not cfg.overwrite and not ((cfg.init_from == 'auto' or branch_from) and
+                                                never_checkpointed(cfg.out_dir)):
             raise UserError(f"{cfg.out_dir} already holds a run ({', '.join(held)}): resume it with "
                             f"--init_from=resume, pick another --out_dir, or replace it with --overwrite=True")
     dev = pick_device(cfg.device, local_rank if ddp else None)
@@ -295,16 +336,21 @@ def setup_run(argv):
     tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * T
     fpt = xmod.flops_per_token(mcfg, T, cfg.batch_size)
     n_iters = resolve_iters(cfg, fpt, tokens_per_iter)
-    # the cosine's length is fixed when a run starts; a resumed run with a larger budget goes on at min_lr
-    schedule_iters = n_iters if checkpoint is None else checkpoint.get('schedule_iters', checkpoint['n_iters'])
+    # the schedule's length is fixed when a run starts; a resumed run with a larger budget goes on at min_lr. A branch
+    # is a new run: its schedule follows its own budget
+    schedule_iters = (n_iters if not resume else checkpoint.get('schedule_iters', checkpoint['n_iters']))
+    if branch is not None and not resume and branch['step'] >= n_iters:
+        raise UserError(f"--init_from={branch_from} is step {branch['step']:,}, and this run's budget is "
+                        f"{n_iters:,} steps: nothing left to train (give a larger --max_tokens or --max_iters)")
     starts = eval_starts(n_val, T, cfg.eval_iters * cfg.batch_size * T if cfg.eval_iters else cfg.eval_tokens)
     ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type=device_type, dtype=DTYPES[dtype])
     return types.SimpleNamespace(
         cfg=cfg, explicit=explicit, ddp=ddp, rank=rank, local_rank=local_rank, world_size=world_size,
-        master=rank == 0, resume=resume, checkpoint=checkpoint, ckpt_path=ckpt_path, dev=dev,
+        master=rank == 0, resume=resume, branch=branch, checkpoint=checkpoint, ckpt_path=ckpt_path, dev=dev,
         device_type=device_type, dtype=dtype, ctx=ctx, folder=folder, meta=meta, n_train=n_train, n_val=n_val,
         mcfg=mcfg, tokens_per_iter=tokens_per_iter, fpt=fpt, n_iters=n_iters, schedule_iters=schedule_iters,
-        starts=starts, log_path=os.path.join(cfg.out_dir, 'log.csv'), run_path=os.path.join(cfg.out_dir, 'run.json'))
+        starts=starts, log_path=os.path.join(cfg.out_dir, 'log.csv'), run_path=os.path.join(cfg.out_dir, 'run.json'),
+        save_steps={int(x) for x in cfg.save_steps.split(',') if x.strip()})
 
 
 def build_model(run):
@@ -335,12 +381,15 @@ def build_model(run):
     scaler = torch.amp.GradScaler(run.device_type, enabled=run.dtype == 'float16')
     optimizer = raw.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), run.device_type)
     run.step, run.best_val, run.elapsed0, run.last_eval = 0, float('inf'), 0.0, None
+    run.train_sum0, run.train_steps0 = 0.0, 0
     if ckpt is not None:
         optimizer.load_state_dict(ckpt['optimizer'])
         if ckpt.get('scaler'):
             scaler.load_state_dict(ckpt['scaler'])
         run.step, run.best_val = ckpt['step'], ckpt.get('best_val_loss', run.best_val)
         run.elapsed0, run.last_eval = ckpt.get('elapsed_s', 0.0), ckpt.get('last_eval')
+        # a kept step between evaluations carries the training loss summed since the last one (ckpt_S.pt)
+        run.train_sum0, run.train_steps0 = ckpt.get('train_loss_sum', 0.0), ckpt.get('train_loss_steps', 0)
         set_rng_state(ckpt['rng'][run.rank] if run.rank < len(ckpt['rng']) else ckpt['rng'][0])
         run.checkpoint = None                      # free the memory
     if cfg.compile:   # causal routing reads its padded count k_max from the data: captured, it stays in the graph
@@ -368,6 +417,8 @@ def start_run(run, model):
                 'n_iters': run.n_iters, 'world_size': run.world_size, 'seed': cfg.seed, 'git_commit': git_commit(),
                 'torch_version': torch.__version__, 'device': run.dev, 'dtype': run.dtype, 'finished': False,
                 'final': None}
+    if run.branch:
+        run.info['branch_of'] = run.branch
     if not run.master:
         return
     os.makedirs(cfg.out_dir, exist_ok=True)
@@ -377,6 +428,8 @@ def start_run(run, model):
         for f in RUN_FILES:                        # --overwrite: the old run goes (checked in setup_run)
             with contextlib.suppress(FileNotFoundError):
                 os.remove(os.path.join(cfg.out_dir, f))
+        for f in glob.glob(os.path.join(glob.escape(cfg.out_dir), 'ckpt_*.pt')):   # and its kept steps
+            os.remove(f)
     write_json(run.run_path, run.info)
     T = cfg.block_size
     sparse = (f", capacity {mcfg.capacity:.4f} ({xmod.capacity_k(mcfg.capacity, T)}/{T} tokens)"
@@ -395,6 +448,10 @@ def start_run(run, model):
           f"{run.n_iters * run.tokens_per_iter / 1e6:.2f}M tokens, {3 * run.fpt * run.n_iters * run.tokens_per_iter:.3g}"
           f" FLOPs; device {run.dev} {run.dtype}{f' x {run.world_size} ranks' if run.ddp else ''}; out_dir "
           f"{cfg.out_dir}" + (f"; resuming at step {run.step}" if run.resume else ''))
+    if run.branch and not run.resume:
+        sched = (f"; its cooldown starts at step {cooldown_start(cfg, run.schedule_iters):,}"
+                 if cfg.lr_schedule == 'wsd' else '')
+        print(f"branch of {run.branch['checkpoint']} at step {run.branch['step']:,}{sched}")
     if run.n_iters > run.schedule_iters:
         print(f"extending: the learning-rate schedule of this run ended at step {run.schedule_iters:,}; steps "
               f"{run.schedule_iters:,}-{run.n_iters:,} run at min_lr={cfg.min_lr:g}")
@@ -412,6 +469,34 @@ def host_mean(run, total, n, what):
     return mean
 
 
+def checkpoint_state(run, model, t0, train_sum=0.0, train_steps=0):
+    """What a checkpoint holds: enough to continue exactly (weights, optimizer, scaler, every rank's RNG state,
+    the step, which fixes the data position) and to branch (train_sum, train_steps: the training loss summed since
+    the last evaluation, nonzero only in a kept step between evaluations). Call it on every rank."""
+    rngs = [rng_state()]
+    if run.ddp:
+        rngs = [None] * run.world_size
+        torch.distributed.all_gather_object(rngs, rng_state())
+    return {'model': model.raw.state_dict(), 'optimizer': model.optimizer.state_dict(),
+            'scaler': model.scaler.state_dict(), 'config': vars(run.cfg), 'model_args': asdict(run.mcfg),
+            'step': run.step, 'data': {'seed': run.cfg.seed, 'step': run.step, 'tokens': run.step * run.tokens_per_iter},
+            'n_iters': run.n_iters, 'schedule_iters': run.schedule_iters, 'best_val_loss': run.best_val,
+            'elapsed_s': time.time() - t0, 'last_eval': run.last_eval, 'rng': rngs, 'meta': run.meta,
+            'branch_of': run.branch, 'train_loss_sum': train_sum, 'train_loss_steps': train_steps}
+
+
+def keep_step(run, model, t0, since_eval, since_eval_steps):
+    """--save_steps: a copy of this step's checkpoint as out_dir/ckpt_S.pt, kept for branching. Between evaluations
+    it carries the training loss summed since the last one (averaged over DDP ranks), so that a branch logs the
+    parent's very train_loss."""
+    total = since_eval.clone()
+    if run.ddp:
+        torch.distributed.all_reduce(total, op=torch.distributed.ReduceOp.AVG)
+    state = checkpoint_state(run, model, t0, total.item(), since_eval_steps)
+    if run.master:
+        save_checkpoint(state, os.path.join(run.cfg.out_dir, f'ckpt_{run.step}.pt'))
+
+
 def evaluate_and_checkpoint(run, model, train_loss, tokens_per_s, t0):
     """Evaluate, append a row to log.csv, then write the checkpoint (the row first: a kill in between loses the row
     on resume, never the checkpoint's step)."""
@@ -426,19 +511,10 @@ def evaluate_and_checkpoint(run, model, train_loss, tokens_per_s, t0):
            'tokens_per_s': tokens_per_s, 'train_loss': train_loss, **ev}
     run.best_val = min(run.best_val, ev['val_loss_causal'])
     run.last_eval = {k: row[k] for k in ('step', 'tokens', 'flops', 'val_loss', 'val_loss_causal')}
-    rngs = [rng_state()]
-    if run.ddp:
-        rngs = [None] * run.world_size
-        torch.distributed.all_gather_object(rngs, rng_state())
+    state = checkpoint_state(run, model, t0)       # all ranks: it gathers their RNG states
     if run.master:
         append_log(run.log_path, row)
-        save_checkpoint({'model': model.raw.state_dict(), 'optimizer': model.optimizer.state_dict(),
-                         'scaler': model.scaler.state_dict(), 'config': vars(run.cfg),
-                         'model_args': asdict(run.mcfg), 'step': run.step,
-                         'data': {'seed': run.cfg.seed, 'step': run.step, 'tokens': tokens}, 'n_iters': run.n_iters,
-                         'schedule_iters': run.schedule_iters, 'best_val_loss': run.best_val,
-                         'elapsed_s': time.time() - t0, 'last_eval': run.last_eval, 'rng': rngs,
-                         'meta': run.meta}, run.ckpt_path)
+        save_checkpoint(state, run.ckpt_path)
         train_txt = f"train {train_loss:.4f}, " if train_loss != '' else ''
         tqdm.write(f"step {run.step:>6}: {train_txt}val {ev['val_loss']:.4f}, val causal "
                    f"{ev['val_loss_causal']:.4f}, {row['elapsed_s']:.0f}s")
@@ -453,11 +529,11 @@ def train(argv):
     bar = tqdm(total=run.n_iters, initial=run.step, disable=True if not run.master else None, dynamic_ncols=True,
                unit='it', leave=False)
     t0 = time.time() - run.elapsed0
-    resumed_at = run.step if run.resume else -1
+    resumed_at = run.step if run.resume or run.branch else -1     # its evaluation is already logged
     # Step losses are summed on the device and brought to the host only every log_interval steps and at evals
     # (one sync each); train_loss is its own sum since the last eval, so log_interval cannot change its rounding.
-    window, since_eval = torch.zeros((), device=run.dev), torch.zeros((), device=run.dev)
-    window_steps, since_eval_steps = 0, 0
+    window, since_eval = torch.zeros((), device=run.dev), torch.full((), run.train_sum0, device=run.dev)
+    window_steps, since_eval_steps = 0, run.train_steps0
     t_mark, tok_mark, t_eval_end = time.time(), run.step * run.tokens_per_iter, time.time()
     share_cpu = cpu_threads(run.device_type, cfg.threads)
     while True:
@@ -473,6 +549,8 @@ def train(argv):
             since_eval.zero_()
             since_eval_steps = 0
             t_eval_end = time.time()
+        if run.step in run.save_steps:
+            keep_step(run, model, t0, since_eval, since_eval_steps)
         if run.step >= run.n_iters:
             break
 

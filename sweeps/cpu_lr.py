@@ -53,13 +53,14 @@ def arm(kind, width, lr, seed=0):
 
 
 def final_val(r):
-    """The finished run's final val_loss, or None."""
+    """The finished run's final val_loss_causal (the study's metric: causal routing; a dense run's two losses are
+    equal), or None."""
     try:
         with open(os.path.join(RUNS, r['name'], 'run.json')) as f:
             info = json.load(f)
     except (OSError, ValueError):
         return None
-    return info['final']['val_loss'] if info.get('finished') else None
+    return info['final']['val_loss_causal'] if info.get('finished') else None
 
 
 def rates(kind, width):

@@ -472,6 +472,37 @@ def test_pairing_picks_closest_flops(tmp_path):
     assert x['partner']['name'] == 'd_b'
 
 
+def test_pairing_prefers_the_same_learning_rate(tmp_path):
+    """In a learning-rate sweep every dense run has the same FLOPs: each X-MoD run pairs with the dense run trained
+    at its own rate, whatever the names' order."""
+    for lr, name in ((1e-3, 'd_z'), (4e-3, 'd_a')):
+        make_run(tmp_path, name, flops_per_token=1e6, loss=3.0, learning_rate=lr)
+        make_run(tmp_path, f'x_{lr:g}', model='xmod', n_layer=12, stride=4, capacity=0.125, flops_per_token=1.01e6,
+                 params_total=3e6, params_active=1e6, loss=2.9, learning_rate=lr)
+    runs = load_runs([str(tmp_path)])
+    pair_runs(runs)
+    assert {r['name']: r['partner']['name'] for r in runs if r['model'] == 'xmod'} == {'x_0.001': 'd_z',
+                                                                                     'x_0.004': 'd_a'}
+
+
+def test_fit_does_not_depend_on_the_order_of_its_arguments(tmp_path, capsys):
+    """The same runs given as two folders in either order, or as one glob, give the same fit.json, bootstrap
+    intervals included: the runs are sorted canonically before the resamples are drawn."""
+    make_sweep(tmp_path / 'a', contexts=(128, 256), strides=(4, 8), capacities=(0.125,), seeds=(0, 1),
+               ablations=False, dense_grid=True)
+    for name in sorted(os.listdir(tmp_path / 'a'))[::2]:         # half the runs in another folder
+        os.makedirs(tmp_path / 'b', exist_ok=True)
+        os.rename(tmp_path / 'a' / name, tmp_path / 'b' / name)
+    fits = []
+    for args in ([str(tmp_path / 'a'), str(tmp_path / 'b')], [str(tmp_path / 'b'), str(tmp_path / 'a')],
+                 [str(tmp_path / '*')]):
+        out = tmp_path / f'fit{len(fits)}'
+        code, err = run_main(capsys, *args, '--out', str(out), '--bootstrap', '20')
+        assert code == 0, err
+        fits.append((out / 'fit.json').read_text())
+    assert fits[0] == fits[1] == fits[2]
+
+
 def test_holdout_namespace(tmp_path):
     make_sweep(tmp_path, contexts=(128,), strides=(4, 8), ablations=False)
     runs = load_runs([str(tmp_path)])

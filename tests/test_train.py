@@ -511,6 +511,80 @@ def test_extending_a_finished_run_keeps_its_schedule(runs, tmp_path):
     assert read_json(out)['finished'] is True and read_json(out)['n_iters'] == 14
 
 
+# -----------------------------------------------------------------------------------------------------------------
+# warmup-stable-decay: one stable run, a branch per budget
+
+def test_wsd_schedule():
+    """wsd: warmup, learning_rate until the last cooldown_frac of the budget, then linear to min_lr; constant stays at
+    learning_rate; cosine is the default and unchanged."""
+    import types
+    cfg = types.SimpleNamespace(learning_rate=1e-2, min_lr=1e-3, warmup_iters=10, decay_lr=True, lr_schedule='wsd',
+                                cooldown_frac=0.2)
+    assert train.cooldown_start(cfg, 100) == 80
+    lrs = [train.get_lr(cfg, it, 100) for it in range(101)]
+    assert lrs[:10] == [1e-2 * (i + 1) / 11 for i in range(10)] and set(lrs[10:81]) == {1e-2}
+    assert lrs[90] == pytest.approx(5.5e-3) and lrs[100] == pytest.approx(1e-3) and lrs[85] > lrs[86]
+    assert train.get_lr(cfg, 150, 100) == pytest.approx(1e-3)                 # extended on resume: min_lr
+    cfg.lr_schedule = 'constant'
+    assert {train.get_lr(cfg, it, 100) for it in range(10, 101)} == {1e-2}
+    assert train.DEFAULTS['lr_schedule'] == 'cosine' and train.DEFAULTS['cooldown_frac'] == 0.2
+
+
+def test_wsd_branch_equals_the_separate_run(corpus, tmp_path):
+    """The contract of --save_steps and --init_from=PATH/ckpt_S.pt: a WSD run of budget N equals, bit for bit, the
+    branch taken from a longer WSD run of the same seed and settings at the step where N's cooldown starts: the same
+    losses, learning rate and statistics in every row from that step on, and the same final weights. Budgets 20 and
+    25 branch at steps 16 (between evaluations: the branch carries the parent's training-loss sum) and 20 (an
+    evaluation step). Dropout and gradient accumulation on, so RNG state and data position both matter."""
+    base = [f'--data_dir={corpus}', '--model=xmod', '--lr_schedule=wsd', '--dropout=0.1',
+            '--gradient_accumulation_steps=2', *TINY[:4], '--eval_interval=5', '--eval_tokens=512', '--warmup_iters=2',
+            '--log_interval=2']
+    long = str(tmp_path / 'long')
+    r = run(TRAIN, *base, '--max_iters=40', '--save_steps=16,20', f'--out_dir={long}')
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(long)) == ['ckpt.pt', 'ckpt_16.pt', 'ckpt_20.pt', 'log.csv', 'run.json']
+    for budget, at in ((20, 16), (25, 20)):
+        alone, branch = str(tmp_path / f'alone{budget}'), str(tmp_path / f'branch{budget}')
+        assert run(TRAIN, *base, f'--max_iters={budget}', f'--out_dir={alone}').returncode == 0
+        r = run(TRAIN, f'--init_from={long}/ckpt_{at}.pt', f'--max_iters={budget}', f'--out_dir={branch}')
+        assert r.returncode == 0, r.stderr
+        assert f'branch of {long}/ckpt_{at}.pt at step {at}; its cooldown starts at step {at}' in r.stdout
+        rows_alone = {x['step']: x for x in read_log(alone)}
+        rows_branch = read_log(branch)
+        assert [x['step'] for x in rows_branch] == [s for s in rows_alone if int(s) > at]
+        for x in rows_branch:
+            for k in x:
+                if k not in ('elapsed_s', 'tokens_per_s'):
+                    assert x[k] == rows_alone[x['step']][k], (budget, x['step'], k)
+        info = read_json(branch)
+        assert info['branch_of'] == {'checkpoint': f'{long}/ckpt_{at}.pt', 'step': at}
+        assert info['final'] == read_json(alone)['final'] and info['n_iters'] == budget
+        a, b = (harness.load_checkpoint(os.path.join(d, 'ckpt.pt'))['model'] for d in (alone, branch))
+        assert all(torch.equal(a[k], b[k]) for k in a)
+        # the same command again finds the finished branch and leaves it as it is (sweep.py reruns commands)
+        before = read_log(branch)
+        assert run(TRAIN, f'--init_from={long}/ckpt_{at}.pt', f'--max_iters={budget}',
+                   f'--out_dir={branch}').returncode == 0
+        assert read_log(branch) == before
+    # the long run's own cooldown is untouched by what it kept
+    assert float(read_log(long)[-1]['lr']) == pytest.approx(train.DEFAULTS['min_lr'])
+
+
+def test_branch_bad_input(corpus, tmp_path, bad_train):
+    """A missing kept step, a branch into its parent's folder, and a branch with nothing left to train: exit 2, one
+    line, nothing touched."""
+    parent = str(tmp_path / 'parent')
+    assert run(TRAIN, f'--data_dir={corpus}', *TINY, '--save_steps=10', f'--out_dir={parent}').returncode == 0
+    before = snapshot(parent)
+    for args, needle in (([f'--init_from={parent}/ckpt_7.pt'], 'keep that step with --save_steps'),
+                         ([f'--init_from={parent}/ckpt_10.pt', f'--out_dir={parent}'], 'its own --out_dir'),
+                         ([f'--init_from={parent}/ckpt_10.pt'], 'nothing left to train'),
+                         (['--save_steps=10,x'], 'comma-separated step numbers'),
+                         (['--lr_schedule=linear'], 'cosine | wsd | constant')):
+        bad_train([f'--data_dir={corpus}', *TINY, *args], needle, folders=[parent])
+    assert snapshot(parent) == before
+
+
 def test_help_lists_every_key_with_its_description():
     r = run(TRAIN, '--help')
     assert r.returncode == 0
