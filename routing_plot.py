@@ -9,9 +9,18 @@ Two views of the same tokens: (1) the text, each token on a background coloured 
 many routed layers took it); (2) a (routed layers x positions) grid, dark where a layer took a token.
 `routed_depth` is the model's side and `draw_routing` only draws what it returns, so a test can check the picture's
 numbers against an independent forward. Only block_size tokens fit one forward: the first ones are drawn.
+
+Run as a script it asks of trained runs whether their routed layers take the same tokens (layer_overlap):
+
+    python routing_plot.py results/cpu_lr/runs/xmod_* --out DIR      # DIR/overlap.json, overlap.png
 """
+import os
+import sys
+
 import numpy as np
 import torch
+
+from xmod import layer_kinds
 
 
 @torch.no_grad()
@@ -121,3 +130,138 @@ def routing_title(name, drawn, total, block_size, capacity, depth):
     reach = f" (one forward holds block_size={block_size})" if drawn < total else ''
     return (f"{name}: causal routing of {what}{reach}; colour = routed depth, mean {depth.mean():.2f}, "
             f"capacity {capacity:.3g}")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# do routed layers take the same tokens? (python routing_plot.py RUN_DIRS... --out DIR)
+
+def independent_jaccard(p, q):
+    """The Jaccard index two layers would have if each took a token independently at its own rate p, q (ratio of the
+    expected intersection to the expected union): 0.067 at p = q = 0.125."""
+    both = p * q
+    return both / max(p + q - both, 1e-12)
+
+
+@torch.no_grad()
+def layer_overlap(model, idx):
+    """How the routed layers' selections overlap on token ids idx (B, T), in top-k and in causal routing, and how
+    alike their routers are. Returns a dict of numpy arrays: layers (R,), rate_topk / rate_causal (R,) the fraction
+    each layer took, jaccard_topk / jaccard_causal (R, R) the mean over sequences of |A & B| / |A | B|,
+    independent (R, R) what independent choices at the causal rates would give, router_cosine (R, R) the cosine of
+    the router weights, threshold (R,) the calibrated causal thresholds."""
+    was_training = model.training
+    model.eval()
+    masks = {}
+    for routing in ('topk', 'causal'):
+        _, _, aux = model(idx, routing=routing, return_aux=True)
+        masks[routing] = torch.stack([a['mask'] for a in aux['layers'] if 'mask' in a])       # (R, B, T)
+    model.train(was_training)
+    layers = [l for l, kind in enumerate(layer_kinds(model.config)) if kind == 'routed']
+    routers = [model.transformer.h[l].router for l in layers]
+    out = dict(layers=np.array(layers))
+    for routing, m in masks.items():
+        both = (m[:, None] & m[None]).sum(-1).float()                                          # (R, R, B)
+        either = (m[:, None] | m[None]).sum(-1).float()
+        out[f'jaccard_{routing}'] = (both / either.clamp_min(1)).mean(-1).cpu().numpy()
+        out[f'rate_{routing}'] = m.float().mean((1, 2)).cpu().numpy()
+    rate = out['rate_causal']
+    out['independent'] = np.array([[independent_jaccard(p, q) for q in rate] for p in rate])
+    w = torch.cat([r.weight for r in routers]).float()                                         # (R, C)
+    w = w / w.norm(dim=1, keepdim=True)
+    out['router_cosine'] = (w @ w.t()).cpu().numpy()
+    out['threshold'] = np.array([float(r.threshold()) for r in routers])
+    return out
+
+
+def collapsed_pairs(overlap, routing='causal', above=0.5):
+    """Pairs of routed layers (l1, l2, jaccard) whose selections overlap more than `above` (independent choices at
+    c = 0.125: 0.067): the same tokens taken twice, a routed layer spent."""
+    J, layers = overlap[f'jaccard_{routing}'], overlap['layers']
+    return [(int(layers[i]), int(layers[j]), float(J[i, j])) for i in range(len(layers))
+            for j in range(i + 1, len(layers)) if J[i, j] > above]
+
+
+def load_run_model(run_dir):
+    """The GPT of a run folder's ckpt.pt and the fixed validation windows its run evaluated on (its eval_tokens)."""
+    from harness import clean_state_dict, load_checkpoint
+    from xmod import GPT, GPTConfig
+    import train
+    ckpt = load_checkpoint(os.path.join(run_dir, 'ckpt.pt'))
+    model = GPT(GPTConfig(**ckpt['model_args']))
+    model.load_state_dict(clean_state_dict(ckpt['model']))
+    cfg = ckpt['config']
+    folder = cfg.get('data_dir') or os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', cfg['dataset'])
+    data = train.open_split(folder, 'val')
+    T = model.config.block_size
+    starts = train.eval_starts(len(data), T, cfg.get('eval_tokens') or 0)
+    x, _ = train.read_windows(data, starts, T, 'cpu')
+    return model, x, ckpt
+
+
+def draw_overlap(path, results):
+    """One row per run: its Jaccard matrices (top-k, causal; the diagonal blanked) and router cosine matrix."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(len(results), 3, figsize=(11, 3.4 * len(results)), squeeze=False)
+    for row, (name, ov) in zip(axes, results.items()):
+        labels = [str(l) for l in ov['layers']]
+        for ax, key, title, vmin in zip(row, ('jaccard_topk', 'jaccard_causal', 'router_cosine'),
+                                        ('Jaccard, top-k', 'Jaccard, causal', 'router weight cosine'), (0, 0, -1)):
+            M = np.array(ov[key], dtype=float)
+            if key.startswith('jaccard'):
+                np.fill_diagonal(M, np.nan)
+            img = ax.imshow(M, vmin=vmin, vmax=1, cmap='viridis' if vmin == 0 else 'RdBu_r')
+            ax.set_xticks(range(len(labels)), labels, fontsize=7)
+            ax.set_yticks(range(len(labels)), labels, fontsize=7)
+            ax.set_title(f"{name}\n{title}", fontsize=8)
+            fig.colorbar(img, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def overlap_main(argv=None):
+    import argparse
+    import glob
+    import json
+    p = argparse.ArgumentParser(description='Do the routed layers of trained runs take the same tokens? For each '
+                                'run folder with a ckpt.pt: the Jaccard index of every pair of routed layers (top-k '
+                                'and causal, on the run\'s own validation windows) and the routers\' weight cosine.')
+    p.add_argument('runs', nargs='+', help='run folders or globs; folders without ckpt.pt or routed layers are '
+                                           'passed over')
+    p.add_argument('--out', required=True, help='folder for overlap.json and overlap.png')
+    p.add_argument('--above', type=float, default=0.5, help='a pair overlapping more than this is called collapsed')
+    args = p.parse_args(argv)
+    dirs = sorted({d for pat in args.runs for d in (glob.glob(pat) or [pat])
+                   if os.path.isfile(os.path.join(d, 'ckpt.pt'))})
+    results = {}
+    for d in dirs:
+        model, x, ckpt = load_run_model(d)
+        if 'routed' not in layer_kinds(model.config):
+            continue
+        with torch.no_grad():
+            ov = layer_overlap(model, x)
+        name = os.path.basename(os.path.normpath(d))
+        results[name] = ov
+        at = {l: i for i, l in enumerate(ov['layers'])}
+        pairs = [f"{a}-{b} {j:.2f} (router cosine {ov['router_cosine'][at[a], at[b]]:.2f})"
+                 for a, b, j in collapsed_pairs(ov, 'causal', args.above)]
+        print(f"{name}: causal rates {', '.join(f'{r:.3f}' for r in ov['rate_causal'])}; pairs with causal "
+              f"Jaccard > {args.above}: {', '.join(pairs) or 'none'}")
+    if not results:
+        print('routing_plot.py: error: no run folder with a ckpt.pt of a model with routed layers', file=sys.stderr)
+        return 2
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, 'overlap.json'), 'w') as f:
+        json.dump({n: {k: np.asarray(v).tolist() for k, v in ov.items()} |
+                   {'collapsed_causal': collapsed_pairs(ov, 'causal', args.above),
+                    'collapsed_topk': collapsed_pairs(ov, 'topk', args.above)} for n, ov in results.items()},
+                  f, indent=1)
+    draw_overlap(os.path.join(args.out, 'overlap.png'), results)
+    print(f"wrote {args.out}/overlap.json, overlap.png")
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(overlap_main())

@@ -755,3 +755,38 @@ def test_a_diverged_bootstrap_resample_is_not_kept(tmp_path, monkeypatch):
     out = fit_law.run_dense(runs, 'val_loss_causal', 5, np.random.default_rng(0))
     assert len(calls) == 6 and out['bootstrap'] == dict(n=5, n_valid=0)
     assert all(v is None for v in out['ci'].values()) and math.isfinite(out['E'])
+
+
+# -----------------------------------------------------------------------------
+# lr_sweep.py: the learning rate per arm
+
+def test_lr_sweep_tables_the_best_rates_and_both_deltas(tmp_path, capsys):
+    """Two arms at three rates (seed 0), three seeds at each arm's best: the best rates (one at the grid's edge),
+    Delta with each arm at its own best rate, paired by seed with its standard error, and at each shared rate."""
+    import lr_sweep
+    dense = {1e-3: 3.10, 2e-3: 3.00, 4e-3: 3.05}
+    sparse = {1e-3: 3.02, 2e-3: 2.99, 4e-3: 2.97}           # best at the top edge
+    for lr, L in dense.items():
+        make_run(tmp_path, f'dense_lr{lr:g}', loss=L, learning_rate=lr)
+    for lr, L in sparse.items():
+        make_run(tmp_path, f'xmod_lr{lr:g}', model='xmod', n_layer=12, stride=4, capacity=0.125, loss=L,
+                 flops_per_token=1.01 * (2.0 * 12 * 4 * N_EMBD ** 2 + 4 * 128 * N_EMBD * 4), params_total=3e6,
+                 params_active=1e6, learning_rate=lr)
+    for s, (ld, ls) in enumerate([(3.01, 2.96), (2.99, 2.99)], start=1):
+        make_run(tmp_path, f'dense_lr0.002_s{s}', loss=ld, learning_rate=2e-3, seed=s)
+        make_run(tmp_path, f'xmod_lr0.004_s{s}', model='xmod', n_layer=12, stride=4, capacity=0.125, loss=ls,
+                 flops_per_token=1.01 * (2.0 * 12 * 4 * N_EMBD ** 2 + 4 * 128 * N_EMBD * 4), params_total=3e6,
+                 params_active=1e6, learning_rate=4e-3, seed=s)
+    assert lr_sweep.main([str(tmp_path), '--out', str(tmp_path / 'out')]) == 0
+    result = json.load(open(tmp_path / 'out' / 'lr.json'))
+    arms = {a['variant']: a for a in result['arms']}
+    assert arms['dense']['best_lr'] == 2e-3 and not arms['dense']['best_at_edge']
+    assert arms['xmod']['best_lr'] == 4e-3 and arms['xmod']['best_at_edge']
+    assert arms['xmod']['best_seeds'] == 3 and arms['xmod']['best_mean'] == pytest.approx((2.97 + 2.96 + 2.99) / 3)
+    (d,) = result['deltas']
+    deltas = [2.97 - 3.00, 2.96 - 3.01, 2.99 - 2.99]
+    assert d['tuned']['n'] == 3 and d['tuned']['mean'] == pytest.approx(np.mean(deltas))
+    assert d['tuned']['se'] == pytest.approx(np.std(deltas, ddof=1) / np.sqrt(3))
+    assert d['shared']['0.002']['mean'] == pytest.approx(2.99 - 3.00) and d['shared']['0.002']['n'] == 1
+    assert (tmp_path / 'out' / 'lr_vs_loss.png').stat().st_size > 0
+    assert '(grid edge)' in (tmp_path / 'out' / 'lr.md').read_text()

@@ -109,3 +109,56 @@ def test_help_lists_show_routing(capsys):
     with pytest.raises(SystemExit) as e:
         sample.main(['--help'])
     assert e.value.code == 0 and '--show_routing=False  also write out_dir/routing.png' in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# do routed layers take the same tokens? (layer_overlap, python routing_plot.py RUNS --out DIR)
+
+def test_layer_overlap_sees_layers_that_take_the_same_tokens():
+    """Routed blocks that change nothing (zero output projections) leave every routed layer the same input. Two
+    routers with the same weight then take the same tokens (Jaccard 1, cosine 1); a router with the opposite weight
+    takes none of them in top-k at c = 0.25 (Jaccard 0, cosine -1)."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(model='xmod', n_layer=5, n_embd=32, n_head=2, block_size=32, vocab_size=48, stride=5,
+                          capacity=0.25))                                  # DrrrrL: layers 1-4 routed
+    with torch.no_grad():
+        for l in (1, 2, 3, 4):
+            block = model.transformer.h[l].block
+            block.attn.c_proj.weight.zero_()
+            block.mlp.c_proj.weight.zero_()
+        r1, r2, r3 = (model.transformer.h[l].router for l in (1, 2, 3))
+        r2.weight.copy_(r1.weight)
+        r3.weight.copy_(-r1.weight)
+        for r in (r1, r2, r3):
+            r.thr_sum.fill_(0.0)
+            r.thr_steps.fill_(1)                                            # the same causal threshold, 0
+    idx = torch.randint(0, 48, (4, 32), generator=torch.Generator().manual_seed(1))
+    ov = routing_plot.layer_overlap(model, idx)
+    assert list(ov['layers']) == [1, 2, 3, 4] and model.training
+    J, Jc, cos = ov['jaccard_topk'], ov['jaccard_causal'], ov['router_cosine']
+    assert np.allclose(J, J.T) and np.allclose(np.diag(J), 1)
+    assert J[0, 1] == pytest.approx(1) and Jc[0, 1] == pytest.approx(1) and cos[0, 1] == pytest.approx(1, abs=1e-6)
+    assert J[0, 2] == 0 and cos[0, 2] == pytest.approx(-1, abs=1e-6)
+    assert ov['rate_topk'] == pytest.approx([0.25] * 4)
+    assert routing_plot.collapsed_pairs(ov, 'topk') == [(1, 2, pytest.approx(1.0))]
+    assert routing_plot.independent_jaccard(0.125, 0.125) == pytest.approx(1 / 15)
+
+
+def test_overlap_script_on_trained_runs(tmp_path, capsys):
+    """python routing_plot.py RUN_DIRS --out DIR on a trained X-MoD run and a dense one (passed over): overlap.json
+    with a matrix per routed run, overlap.png, and one line per run."""
+    from test_train import TINY, TRAIN, run
+    from data.shakespeare.prepare import prepare
+    (tmp_path / 'input.txt').write_text(TEXT * 200)
+    prepare('char', input=str(tmp_path / 'input.txt'), out_dir=str(tmp_path / 'data'))
+    for model in ('xmod', 'dense'):
+        r = run(TRAIN, f'--data_dir={tmp_path / "data"}', f'--model={model}', f'--out_dir={tmp_path / model}', *TINY)
+        assert r.returncode == 0, r.stderr
+    capsys.readouterr()
+    assert routing_plot.overlap_main([str(tmp_path / '*'), '--out', str(tmp_path / 'ov')]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith('xmod: causal rates') and 'dense' not in out.split('wrote')[0]
+    import json
+    got = json.load(open(tmp_path / 'ov' / 'overlap.json'))
+    assert list(got) == ['xmod'] and np.array(got['xmod']['jaccard_causal']).shape == (9, 9)
+    assert (tmp_path / 'ov' / 'overlap.png').stat().st_size > 0

@@ -1,0 +1,158 @@
+"""
+lr_sweep.py: the peak learning rate per arm and width, and Delta at tuned and at shared rates, from the runs of a
+learning-rate sweep (sweeps/cpu_lr.py).
+
+    python lr_sweep.py results/cpu_lr/runs --out results/cpu_lr        # lr.json, lr.md, lr_vs_loss.png
+
+An arm is a family variant (dense, xmod, ...) at one width, context and budget. For each arm: its final loss at
+every peak rate (seed 0), its best rate (the lowest seed-0 loss, the rule the sweep used to place its seeds), and
+the seeds' mean and standard error there. Delta = sparse - dense at the same width, context and budget, paired by
+seed: with each arm at its own best rate (the fair comparison) and with both at each shared rate. The metric is
+val_loss_causal unless --metric says otherwise (a dense run's two losses are equal).
+"""
+import argparse
+import json
+import math
+import os
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import UserError  # noqa: E402
+from runs import METRICS, load_runs  # noqa: E402
+
+
+def arms(runs, metric):
+    """{(variant, n_embd, T, tokens): {lr: {seed: loss}}}."""
+    out = defaultdict(lambda: defaultdict(dict))
+    for r in runs:
+        out[(r['variant'], r['n_embd'], r['T'], r['tokens'])][r['config']['learning_rate']][r['seed']] = \
+            r['loss'][metric]
+    return out
+
+
+def mean_se(values):
+    """(mean, standard error, n) of a list; the error is None for fewer than 2 values."""
+    v = np.asarray(values, dtype=float)
+    se = float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else None
+    return float(v.mean()), se, len(v)
+
+
+def paired_delta(sparse, dense):
+    """Delta over the seeds both have: {seed: loss} each -> dict(mean, se, n, seeds)."""
+    seeds = sorted(set(sparse) & set(dense))
+    if not seeds:
+        return None
+    m, se, n = mean_se([sparse[s] - dense[s] for s in seeds])
+    return dict(mean=m, se=se, n=n, seeds=seeds)
+
+
+def analyse(runs, metric):
+    table = arms(runs, metric)
+    result = {'metric': metric, 'arms': [], 'deltas': []}
+    best = {}
+    for key in sorted(table, key=lambda k: (k[1], k[2], k[3], k[0] != 'dense', k[0])):
+        by_lr = table[key]
+        grid = sorted(lr for lr in by_lr if 0 in by_lr[lr])
+        if not grid:
+            continue
+        lr_best = min(grid, key=lambda lr: by_lr[lr][0])
+        m, se, n = mean_se(list(by_lr[lr_best].values()))
+        edge = len(grid) > 1 and lr_best in (grid[0], grid[-1])
+        best[key] = lr_best
+        variant, width, T, tokens = key
+        result['arms'].append(dict(variant=variant, n_embd=width, T=T, tokens=tokens, lrs=grid,
+                                   loss=[by_lr[lr][0] for lr in grid], best_lr=lr_best, best_at_edge=edge,
+                                   best_mean=m, best_se=se, best_seeds=n))
+    for key, lr_s in best.items():
+        variant, width, T, tokens = key
+        dkey = ('dense', width, T, tokens)
+        if variant == 'dense' or dkey not in best:
+            continue
+        sparse, dense = table[key], table[dkey]
+        row = dict(variant=variant, n_embd=width, T=T, tokens=tokens, lr_sparse=lr_s, lr_dense=best[dkey],
+                   tuned=paired_delta(sparse[lr_s], dense[best[dkey]]),
+                   shared={lr: paired_delta(sparse[lr], dense[lr]) for lr in sorted(set(sparse) & set(dense))})
+        result['deltas'].append(row)
+    return result
+
+
+def fmt_delta(d):
+    if d is None:
+        return '-'
+    return f"{d['mean']:+.4f}" + (f" ± {d['se']:.4f}" if d['se'] is not None else '') + f" (n={d['n']})"
+
+
+def to_markdown(result):
+    lines = [f"# Learning rate per arm ({result['metric']})", '',
+             '| arm | width | T | tokens | loss at each peak rate (seed 0) | best rate | at the best: mean ± SE (seeds) |',
+             '|---|---|---|---|---|---|---|']
+    for a in result['arms']:
+        losses = ', '.join(f"{lr:g}: {v:.4f}" for lr, v in zip(a['lrs'], a['loss']))
+        se = f" ± {a['best_se']:.4f}" if a['best_se'] is not None else ''
+        lines.append(f"| {a['variant']} | {a['n_embd']} | {a['T']} | {int(a['tokens']):,} | {losses} | {a['best_lr']:g}"
+                     f"{' (grid edge)' if a['best_at_edge'] else ''} | {a['best_mean']:.4f}{se} ({a['best_seeds']}) |")
+    lines += ['', 'Delta = sparse - dense, paired by seed (negative: the sparse model is better).', '',
+              '| sparse | width | T | tokens | each at its best rate | Delta at each shared rate |', '|---|---|---|---|---|---|']
+    for d in result['deltas']:
+        shared = '; '.join(f"{lr:g}: {fmt_delta(v)}" for lr, v in d['shared'].items())
+        lines.append(f"| {d['variant']} | {d['n_embd']} | {d['T']} | {int(d['tokens']):,} | {fmt_delta(d['tuned'])} "
+                     f"(sparse {d['lr_sparse']:g}, dense {d['lr_dense']:g}) | {shared} |")
+    return '\n'.join(lines) + '\n'
+
+
+def plot(result, path):
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    panels = sorted({(a['n_embd'], a['T'], a['tokens']) for a in result['arms']})
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.8), squeeze=False)
+    for ax, (width, T, tokens) in zip(axes[0], panels):
+        for a in result['arms']:
+            if (a['n_embd'], a['T'], a['tokens']) != (width, T, tokens):
+                continue
+            c = 'black' if a['variant'] == 'dense' else 'tab:blue'
+            ax.plot(a['lrs'], a['loss'], 'o-', c=c, label=f"{a['variant']} (seed 0)")
+            if a['best_se'] is not None:
+                ax.errorbar([a['best_lr']], [a['best_mean']], yerr=[a['best_se']], fmt='s', c=c, capsize=4,
+                            mfc='white', label=f"{a['variant']}: {a['best_seeds']} seeds at its best")
+        ax.set_xscale('log')
+        lrs = sorted({lr for a in result['arms'] if a['n_embd'] == width for lr in a['lrs']})
+        ax.set_xticks(lrs, [f'{lr:g}' for lr in lrs])
+        ax.minorticks_off()
+        ax.set(xlabel='peak learning rate', ylabel=result['metric'], title=f'width {width}, T={T}, {tokens / 1e6:.3g}M tokens')
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('runs', nargs='+', help='run folders or globs (each holding run.json and log.csv)')
+    p.add_argument('--out', required=True, help='folder for lr.json, lr.md and lr_vs_loss.png')
+    p.add_argument('--metric', default='val_loss_causal', choices=METRICS)
+    args = p.parse_args(argv)
+    try:
+        runs = load_runs(args.runs)
+    except UserError as e:
+        print(f'lr_sweep.py: error: {e}', file=sys.stderr)
+        return 2
+    result = analyse(runs, args.metric)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, 'lr.json'), 'w') as f:
+        json.dump(result, f, indent=1, default=str)
+    md = to_markdown(result)
+    with open(os.path.join(args.out, 'lr.md'), 'w') as f:
+        f.write(md)
+    plot(result, os.path.join(args.out, 'lr_vs_loss.png'))
+    print(md)
+    print(f"wrote {args.out}/lr.json, lr.md, lr_vs_loss.png")
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
