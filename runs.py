@@ -233,10 +233,20 @@ def load_runs(patterns):
 # -----------------------------------------------------------------------------
 # pairing and --holdout filters
 
+# the optimizer recipe, with the defaults of runs made before a key existed
+RECIPE = (('learning_rate', None), ('min_lr', None), ('warmup_iters', None), ('decay_lr', True),
+          ('lr_schedule', 'cosine'), ('cooldown_frac', 0.2))
+
+
+def recipe(cfg):
+    return tuple(cfg.get(k, default) for k, default in RECIPE)
+
+
 def pair_runs(runs):
     """Give every sparse run its FLOP-matched dense partner (same n_embd, block_size, seed; tokens within 1%;
-    flops_per_token within 2%; the closest in flops_per_token; among equals, one trained at the same learning rate,
-    so that a learning-rate sweep pairs rate with rate). Skip, with a warning, the ones that have none."""
+    flops_per_token within 2%; the closest in flops_per_token; among equals, one trained with the same optimizer
+    recipe, so that a learning-rate sweep pairs rate with rate and a WSD branch pairs with a WSD branch).
+    Skip, with a warning, the ones that have none."""
     dense = [r for r in runs if r['model'] == 'dense']
     sparse = [r for r in runs if r['model'] != 'dense']
     for r in sparse:
@@ -244,8 +254,8 @@ def pair_runs(runs):
                  and abs(d['tokens'] - r['tokens']) <= TOKENS_TOL * max(d['tokens'], r['tokens'])
                  and abs(r['fpt'] / d['fpt'] - 1) <= FPT_TOL]
         if cands:
-            other_lr = lambda d: d['config'].get('learning_rate') != r['config'].get('learning_rate')
-            r['partner'] = min(cands, key=lambda d: (abs(math.log(r['fpt'] / d['fpt'])), other_lr(d),
+            other = lambda d: sum(a != b for a, b in zip(recipe(d['config']), recipe(r['config'])))
+            r['partner'] = min(cands, key=lambda d: (abs(math.log(r['fpt'] / d['fpt'])), other(d),
                                                      abs(d['tokens'] - r['tokens']), d['name']))
         else:
             warn(f'{os.path.join(r["dir"], "run.json")}: no FLOP-matched dense partner (same n_embd, block_size, '

@@ -7,8 +7,11 @@ skipped, an interrupted one resumes from its checkpoint (train.py --init_from=au
     python sweep.py sweeps/cpu_small.py --only=dense # only runs whose name contains 'dense'
     python sweep.py sweeps/cpu_small.py --out=DIR    # run folders under DIR instead of results/<name>/runs
 
+Runs are started in the file's order as slots free up, and the file is read again before each start, so a run that
+it lists only once another has finished (a branch of a kept step, seeds at a rate found best) joins the same call.
 A sweep file defines `name` (the results folder: results/<name>/runs/<run>), `jobs` (runs at a time), `common`
-(train.py overrides shared by all runs) and `runs` (a list of dicts: a 'name' plus train.py overrides).
+(train.py overrides shared by all runs) and `runs` (a list of dicts: a 'name' plus train.py overrides). A run with
+its own init_from=PATH/ckpt_S.pt is a branch of a kept step of another run (train.py, WSD budgets).
 On a CPU, `jobs` runs share the cores one thread each (OMP_NUM_THREADS = cores // jobs): two 1-thread runs get
 1.3-1.7x the throughput of one 2-thread run on a 2-core machine, and never more threads than cores.
 """
@@ -16,8 +19,8 @@ import os
 import runpy
 import subprocess
 import sys
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from tqdm import tqdm
 
@@ -49,7 +52,9 @@ def load_sweep(path):
 def command(run, common, out_dir):
     if out_dir.startswith(HERE + os.sep):
         out_dir = os.path.relpath(out_dir, HERE)     # train.py runs in HERE; no machine paths in run.json
-    args = {**common, **{k: v for k, v in run.items() if k != 'name'}, 'out_dir': out_dir, 'init_from': 'auto'}
+    # auto: a finished run is left, an interrupted one resumed; a branch (init_from=PATH/ckpt_S.pt) does the same
+    args = {**common, **{k: v for k, v in run.items() if k != 'name'}, 'out_dir': out_dir,
+            'init_from': run.get('init_from', 'auto')}
     return [sys.executable, os.path.join(HERE, 'train.py')] + [f'--{k}={v}' for k, v in args.items()]
 
 
@@ -81,21 +86,50 @@ def sweep(argv):
         env['OMP_NUM_THREADS'] = str(max(1, (os.cpu_count() or 1) // jobs))
     t0 = time.time()
     bar = tqdm(total=len(todo), desc=spec['name'], unit='run')
-    failed = []
+    failed, started, running = [], set(), [0]
+    free = threading.Condition()
 
-    def launch(item):
-        r, out_dir = item
-        os.makedirs(out_dir, exist_ok=True)
-        with open(os.path.join(out_dir, 'train.log'), 'a') as log:
-            rc = subprocess.run(command(r, spec.get('common', {}), out_dir), stdout=log, stderr=subprocess.STDOUT,
-                                env=env, cwd=HERE).returncode
-        if rc != 0:
-            failed.append((r['name'], rc))
-        bar.set_postfix_str(f"last: {r['name']}")
-        bar.update(1)
+    def next_run():
+        """The first run not finished and not started yet. The sweep file is read again each time: a run it lists
+        only once another has finished (a branch of a kept step, a seed at the best rate) joins the queue then."""
+        current = load_sweep(paths[0])
+        for r in current['runs']:
+            out_dir = os.path.join(root, r['name'])
+            if opts['only'] in r['name'] and r['name'] not in started and run_state(out_dir) != 'finished':
+                return r, out_dir, current.get('common', {})
+        return None
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        list(pool.map(launch, todo))
+    def worker():
+        while True:
+            with free:
+                item = next_run()
+                while item is None and running[0]:     # what is still running may add runs when it ends
+                    free.wait()
+                    item = next_run()
+                if item is None:
+                    return
+                r, out_dir, common = item
+                started.add(r['name'])
+                running[0] += 1
+                bar.total = max(bar.total, len(started))
+                bar.refresh()
+            os.makedirs(out_dir, exist_ok=True)
+            with open(os.path.join(out_dir, 'train.log'), 'a') as log:
+                rc = subprocess.run(command(r, common, out_dir), stdout=log, stderr=subprocess.STDOUT,
+                                    env=env, cwd=HERE).returncode
+            with free:
+                running[0] -= 1
+                if rc != 0:
+                    failed.append((r['name'], rc))
+                bar.set_postfix_str(f"last: {r['name']}")
+                bar.update(1)
+                free.notify_all()
+
+    threads = [threading.Thread(target=worker) for _ in range(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     bar.close()
     print(f"sweep {spec['name']}: done in {(time.time() - t0) / 60:.1f} min; {len(failed)} failed")
     for name, rc in failed:

@@ -2,8 +2,8 @@
 (2e-3) at every width; scaling studies find that tuning the rate per size moves fitted laws (Porian et al. 2024),
 so the reference pair (4 dense layers against X-MoD stride 4, c ~0.125, T=128, 2M tokens) is rerun on a grid.
 
-    python sweep.py sweeps/cpu_lr.py          # run again until it says "0 to run": each pass adds what the last found
-    python report.py ...                      # (see README, Results) for the loss-against-rate plot
+    python sweep.py sweeps/cpu_lr.py                              # the grid, then what it finds (below)
+    python lr_sweep.py results/cpu_lr/runs --out results/cpu_lr    # the table and the loss-against-rate plot
 
 1. The grid: widths 64, 128, 192 x peak rates 1e-3 .. 8e-3 (8x), seed 0, min_lr = lr / 10, cosine as before.
 2. Edges: where an arm's best rate at a width is the grid's highest (lowest) finished rate, the next rate up
@@ -11,8 +11,8 @@ so the reference pair (4 dense layers against X-MoD stride 4, c ~0.125, T=128, 2
 3. Seeds at each arm's own best rate: seeds 1-2 at widths 64 and 192, seeds 1-4 at the reference width 128, so that
    Delta at tuned rates has 3 and 5 seeds per arm.
 
-Steps 2 and 3 read the finished runs of results/cpu_lr/runs when sweep.py loads this file, so a pass only adds
-what the previous passes found; `python sweep.py sweeps/cpu_lr.py --dry_run` shows the state. Every run is
+Steps 2 and 3 read the finished runs of results/cpu_lr/runs each time sweep.py reads this file (before each start),
+so the runs they add join the same call; `python sweep.py sweeps/cpu_lr.py --dry_run` shows the state. Every run is
 2M tokens at the cpu_small recipe otherwise, 1 thread each, 2 at a time; about 2.5 hours for the grid and the seeds.
 """
 import json

@@ -474,15 +474,20 @@ def test_pairing_picks_closest_flops(tmp_path):
 
 def test_pairing_prefers_the_same_learning_rate(tmp_path):
     """In a learning-rate sweep every dense run has the same FLOPs: each X-MoD run pairs with the dense run trained
-    at its own rate, whatever the names' order."""
+    at its own rate, and a WSD run with the WSD one, whatever the names' order."""
     for lr, name in ((1e-3, 'd_z'), (4e-3, 'd_a')):
         make_run(tmp_path, name, flops_per_token=1e6, loss=3.0, learning_rate=lr)
         make_run(tmp_path, f'x_{lr:g}', model='xmod', n_layer=12, stride=4, capacity=0.125, flops_per_token=1.01e6,
                  params_total=3e6, params_active=1e6, loss=2.9, learning_rate=lr)
+    make_run(tmp_path, 'd_wsd', flops_per_token=1e6, loss=3.0, learning_rate=4e-3, lr_schedule='wsd', seed=1)
+    make_run(tmp_path, 'd_cos', flops_per_token=1e6, loss=3.0, learning_rate=4e-3, seed=1)
+    make_run(tmp_path, 'x_wsd', model='xmod', n_layer=12, stride=4, capacity=0.125, flops_per_token=1.01e6,
+             params_total=3e6, params_active=1e6, loss=2.9, learning_rate=4e-3, lr_schedule='wsd', seed=1)
     runs = load_runs([str(tmp_path)])
     pair_runs(runs)
     assert {r['name']: r['partner']['name'] for r in runs if r['model'] == 'xmod'} == {'x_0.001': 'd_z',
-                                                                                     'x_0.004': 'd_a'}
+                                                                                     'x_0.004': 'd_a',
+                                                                                     'x_wsd': 'd_wsd'}
 
 
 def test_fit_does_not_depend_on_the_order_of_its_arguments(tmp_path, capsys):

@@ -67,3 +67,34 @@ def test_tiny_sweep_runs_resumes_and_fits(tmp_path):
     assert (out / 'summary.md').exists()
     pngs = {'loss_vs_flops', 'loss_vs_params', 'pred_vs_obs', 'delta_vs_logrho', 'ablations', 'training_curves'}
     assert {f[:-4] for f in os.listdir(out) if f.endswith('.png')} >= pngs
+
+
+WSD_SWEEP = '''
+name = 'wsd'
+jobs = 2
+common = dict(data_dir={data!r}, n_embd=32, n_head=2, block_size=32, batch_size=4, eval_interval=4, eval_tokens=512,
+              warmup_iters=2, device='cpu', learning_rate=3e-3, lr_schedule='wsd', model='xmod', dense_layers=2,
+              stride=4, n_layer=4)
+import os
+runs = [dict(name='stable', max_iters=20, save_steps='8'), dict(name='alone10', max_iters=10)]
+if os.path.exists({runs!r} + '/stable/ckpt_8.pt'):             # the branch joins once its step is kept
+    runs.append(dict(name='branch10', max_iters=10, init_from={runs!r} + '/stable/ckpt_8.pt'))
+'''
+
+
+def test_sweep_runs_a_wsd_branch(tmp_path):
+    """A run with its own init_from (a kept step of another run) keeps it, and a run the sweep file lists only once
+    another has kept its step joins the same call (the file is read again before each start): the branch of the
+    stable run at step 8, the cooldown start of a 10-step budget, logs the separate 10-step run's final losses. A
+    second call runs nothing."""
+    data = tiny_corpus(str(tmp_path))
+    runs = tmp_path / 'runs'
+    sweep_file = tmp_path / 'wsd.py'
+    sweep_file.write_text(WSD_SWEEP.format(data=data, runs=str(runs)))
+    cmd = [sys.executable, os.path.join(ROOT, 'sweep.py'), str(sweep_file), f'--out={runs}']
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    info = {n: json.load(open(runs / n / 'run.json')) for n in ('branch10', 'alone10')}
+    assert info['branch10']['branch_of']['step'] == 8 and info['branch10']['final'] == info['alone10']['final']
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
+    assert p.returncode == 0 and '3 finished, 0 to run' in p.stdout

@@ -1,0 +1,82 @@
+"""cpu_wsd: Delta at 0.5, 1, 2, 4 and 8M tokens from one warmup-stable-decay run per arm and seed, at the tuned
+learning rate, to tell a schedule effect from a data effect. Every earlier budget had its own cosine run; Delta
+shrank from budget to budget but hardly moved inside a 2M-token run, which points at the schedule.
+
+    python sweep.py sweeps/cpu_wsd.py       # a branch joins the queue once its parent has kept its step
+    python fit_law.py results/cpu_wsd/runs --out results/cpu_wsd
+
+1. Stable runs: the reference pair (4 dense layers against X-MoD stride 4, c 0.125, width 128, T=128) with
+   lr_schedule=wsd over 8M tokens (the 4.5M-token training split seen about 1.8 times), keeping the steps where the
+   0.5, 1, 2 and 4M budgets' cooldowns start (the last 20% of each budget: train.cooldown_start).
+2. Branches: from each kept step, the cooldown of that budget (--init_from=.../ckpt_S.pt). A branch equals, bit for
+   bit, a separate WSD run of its budget (tests/test_train.py), so each stable run gives all five budgets.
+3. Arms at the rate sweeps/cpu_lr.py found best for both at width 128 (4e-3, seed 0: dense 1.7044, X-MoD 1.7249);
+   seeds 0-2, then seed 0 at 2e-3 and 8e-3, which asks whether the best rate moves with the budget.
+4. Separate cosine runs at 4e-3 at the same budgets (seed 0 first), to put Delta(D) from the branches beside Delta(D)
+   from a run per budget.
+This file lists a branch only once its parent has kept its step (sweep.py reads it again before each start). About
+6 hours on 2 CPU cores in all (2 runs at a time), resumable, and the runs are useful in the order listed.
+"""
+import os
+import runpy
+
+name = 'cpu_wsd'
+jobs = 2
+M = 1_000_000
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUNS = os.path.join('results', name, 'runs')           # as train.py (run from the repository root) sees it
+
+small = runpy.run_path(os.path.join(HERE, 'cpu_small.py'))
+common = dict(small['common'], threads=1)
+run, dense, xmod = small['builders'](tokens_per_iter=2048, width=128, tokens=2 * M, block_size=128)
+TOKENS_PER_ITER = 2048
+BUDGETS = (M // 2, M, 2 * M, 4 * M)                     # the branches; the stable run's own budget is 8M
+LONG = 8 * M
+
+
+def iters(tokens):
+    return max(1, round(tokens / TOKENS_PER_ITER))      # train.resolve_iters for max_tokens
+
+
+def cooldown_start(tokens, frac=0.2):
+    n = iters(tokens)
+    return n - round(frac * n)                           # train.cooldown_start
+
+
+def arm(kind, lr, seed, tokens, schedule):
+    kw = dict(learning_rate=lr, min_lr=lr / 10, seed=seed, tokens=tokens, lr_schedule=schedule)
+    r = dense(4, **kw) if kind == 'dense' else xmod(4, 12, 4, **kw)
+    base, _, seed_part = r['name'].partition('_seed')
+    r['name'] = f"{base}_{schedule}_lr{lr:g}" + (f'_seed{seed_part}' if seed_part else '')
+    return r
+
+
+def stable(kind, lr, seed):
+    r = arm(kind, lr, seed, LONG, 'wsd')
+    r['save_steps'] = ','.join(str(cooldown_start(b)) for b in BUDGETS)
+    r['eval_interval'] = iters(LONG) // 16
+    return r
+
+
+def branches(kind, lr, seed):
+    """The branch of each budget from the stable run's kept step, once that step is kept."""
+    parent = stable(kind, lr, seed)
+    out = []
+    for b in BUDGETS:
+        ckpt = os.path.join(RUNS, parent['name'], f'ckpt_{cooldown_start(b)}.pt')
+        if os.path.exists(os.path.join(os.path.dirname(HERE), ckpt)):
+            r = arm(kind, lr, seed, b, 'wsd')
+            r.update(init_from=ckpt, name=r['name'].replace('_wsd_', '_wsdbranch_'))
+            out.append(r)
+    return out
+
+
+ARMS = ('dense', 'xmod')
+TUNED = 4e-3
+POINTS = [(TUNED, s) for s in (0, 1, 2)] + [(2e-3, 0), (8e-3, 0)]
+runs = []
+for lr, seed in POINTS:
+    runs += [stable(kind, lr, seed) for kind in ARMS]
+    runs += [r for kind in ARMS for r in branches(kind, lr, seed)]
+for seed in (0, 1, 2):
+    runs += [arm(kind, TUNED, seed, b, 'cosine') for b in (*BUDGETS, LONG) for kind in ARMS if b != 2 * M]
