@@ -596,7 +596,7 @@ def run(args):
     by_metric, pairs_by_metric, dense_cache = {}, {}, {}
     for m in (args.metric, *[x for x in METRICS if x != args.metric]):
         by_metric[m], pairs_by_metric[m] = fit_metric(runs, m, args.bootstrap, args.seed, dense_cache)
-    variants = dict(Counter(r['variant'] for r in runs))
+    variants = dict(sorted(Counter(r['variant'] for r in runs).items(), key=lambda kv: (report.rank(kv[0]), kv[0])))
     holdout = ' or '.join(args.holdout) if args.holdout else None  # a run matching one filter or another is held out
     result = dict(metric=args.metric,
                   inputs=dict(n_runs=len(runs), variants=variants, holdout=holdout,

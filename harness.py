@@ -455,6 +455,9 @@ def check_config(cfg, world_size, explicit):
     need(cfg.max_iters > 0 or cfg.max_tokens > 0 or cfg.max_flops > 0,
          "no budget: set one of --max_iters, --max_tokens or --max_flops to a number > 0")
     need(cfg.learning_rate > 0, f"--learning_rate={cfg.learning_rate}: expected a number > 0")
+    need(cfg.min_lr <= cfg.learning_rate or not cfg.decay_lr or cfg.lr_schedule == 'constant',
+         f"--learning_rate={cfg.learning_rate:g} is below --min_lr={cfg.min_lr:g}: the decay would rise "
+         f"{cfg.min_lr / cfg.learning_rate:.3g}x; set --min_lr too (about learning_rate/10)")
     need(0 <= cfg.beta1 < 1 and 0 <= cfg.beta2 < 1, "--beta1 and --beta2: expected numbers in [0, 1)")
     need(cfg.threads >= 0, f"--threads={cfg.threads}: expected 0 (auto) or a number of CPU threads >= 1")
     need(cfg.dtype in ('',) + tuple(DTYPES), f"--dtype={cfg.dtype!r}: expected '' (auto) | {' | '.join(DTYPES)}")

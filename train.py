@@ -304,9 +304,10 @@ def setup_run(argv):
         branch = {'checkpoint': branch_from, 'step': checkpoint['step']}
     if not resume:
         held = [f for f in RUN_FILES if os.path.exists(os.path.join(cfg.out_dir, f))]
-        # auto (the sweep runner's mode) and a branch may replace a run killed before its first checkpoint
-        if held and not cfg.overwrite and not ((cfg.init_from == 'auto' or branch_from) and
-                                                never_checkpointed(cfg.out_dir)):
+        if held and not cfg.overwrite and never_checkpointed(cfg.out_dir):
+            # killed before its first checkpoint: nothing to resume and nothing to keep, so a new start replaces it
+            print(f"{cfg.out_dir} holds a run that never reached its first checkpoint: replacing it")
+        elif held and not cfg.overwrite:
             raise UserError(f"{cfg.out_dir} already holds a run ({', '.join(held)}): resume it with "
                             f"--init_from=resume, pick another --out_dir, or replace it with --overwrite=True")
     dev = pick_device(cfg.device, local_rank if ddp else None)

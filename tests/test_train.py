@@ -347,6 +347,7 @@ def bad_train(capsys, tmp_path):
     (['--batch_size=abc'], ('--batch_size=abc', 'int')),
     (['--max_iters=1.5'], ('int',)),
     (['--compile=maybe'], ('bool',)),
+    (['--learning_rate=1e-5'], ('below --min_lr=0.0001', 'rise 10x')),
     (['--model'], ('--key=value',)),
     (['no_such_config'], ('config file not found', 'no_such_config')),
     (['--init_from=later'], ('init_from',)),
@@ -429,18 +430,21 @@ def test_resume_from_damaged_checkpoint(runs, tmp_path, bad_train, damage):
     assert (tmp_path / 'ckpt.pt').read_bytes() == data            # never deleted
 
 
-def test_auto_restarts_a_run_killed_before_its_first_checkpoint(corpus, tmp_path, bad_train):
-    """init_from=auto (the sweep runner's mode) with no ckpt.pt: an unfinished run.json is replaced by a fresh run;
-    a finished run whose checkpoint is gone is refused, its files untouched."""
+@pytest.mark.parametrize('init_from', ['auto', 'scratch'])
+def test_a_run_killed_before_its_first_checkpoint_is_replaced(corpus, tmp_path, bad_train, init_from):
+    """auto (the sweep runner's mode) or scratch with no ckpt.pt: an unfinished run.json is replaced by a fresh run,
+    saying so (a crashed start no longer goes in a circle between "already holds a run" and "no checkpoint"); a
+    finished run whose checkpoint is gone is refused, its files untouched."""
     out = tmp_path / 'run'
     out.mkdir()
     (out / 'run.json').write_text(json.dumps({'finished': True}))
-    bad_train(['--init_from=auto', f'--out_dir={out}', f'--data_dir={corpus}'] + TINY, 'already holds a run',
+    bad_train([f'--init_from={init_from}', f'--out_dir={out}', f'--data_dir={corpus}'] + TINY, 'already holds a run',
               folders=[out])
     (out / 'run.json').write_text(json.dumps({'finished': False}))
     (out / 'log.csv').write_text('step\n0\n')
-    r = run(TRAIN, '--init_from=auto', f'--out_dir={out}', f'--data_dir={corpus}', '--model=dense', *TINY)
+    r = run(TRAIN, f'--init_from={init_from}', f'--out_dir={out}', f'--data_dir={corpus}', '--model=dense', *TINY)
     assert r.returncode == 0, r.stderr
+    assert 'never reached its first checkpoint: replacing it' in r.stdout
     assert read_json(out)['finished'] is True and [x['step'] for x in read_log(out)] == ['0', '5', '10']
 
 
