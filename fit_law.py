@@ -40,6 +40,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+import joint_law
 import report
 from harness import UserError
 from runs import METRICS, WARNINGS, config_key, load_runs, mark_heldout, pair_heldout, pair_runs, warn
@@ -498,7 +499,7 @@ def seed_noise(runs, metric):
 # -----------------------------------------------------------------------------
 # one metric end to end, and the command line
 
-def fit_metric(runs, metric, n_boot, seed_, dense_cache):
+def fit_metric(runs, metric, n_boot, seed_, dense_cache, joint=True):
     noise = seed_noise(runs, metric)
     # dense runs have val_loss == val_loss_causal, so the second metric's dense fit is usually the first one's
     key = tuple(r['loss'][metric] for r in runs if r['model'] == 'dense' and not r['heldout'])
@@ -507,6 +508,8 @@ def fit_metric(runs, metric, n_boot, seed_, dense_cache):
     dense = dense_cache[key]
     rel, metrics, pairs = run_relative(runs, metric, dense, noise['delta_std'], n_boot,
                                        np.random.default_rng([seed_, 1]))
+    joint = joint_law.joint_fit(runs, metric, [dense[k] for k in ('a', 'alpha', 'b', 'beta', 'e')],
+                                noise['delta_std'], n_boot, np.random.default_rng([seed_, 2])) if joint else None
 
     def dense_err(held):
         rs = [r for r in runs if r['model'] == 'dense' and r['heldout'] == held]
@@ -517,7 +520,10 @@ def fit_metric(runs, metric, n_boot, seed_, dense_cache):
         return dict(n=len(rs), L_rel_err_mean=float(np.mean(e)), L_rel_err_max=float(np.max(e)))
     metrics['dense'] = dict(rmse_log=dense['rmse_log'], fit=dense_err(False), heldout=dense_err(True))
     metrics['seed_noise'] = noise
-    return dict(dense=dense, relative=rel, metrics=metrics), pairs
+    out = dict(dense=dense, relative=rel, metrics=metrics)
+    if joint is not None:
+        out['joint'] = joint
+    return out, pairs
 
 
 def fitted_law(res):
@@ -580,6 +586,8 @@ def parse_args(argv):
                    'fitted and reported beside it')
     p.add_argument('--bootstrap', type=int, default=bootstrap, help=f'bootstrap resamples (default {bootstrap})')
     p.add_argument('--seed', type=int, default=seed, help='bootstrap seed')
+    p.add_argument('--skip_joint', action='store_true', help='leave out the joint law (joint_law.py; its form '
+                   'selection refits it tens of times: minutes on a large sweep)')
     args = p.parse_args(argv)
     if args.bootstrap < 0:
         p.error('--bootstrap must be >= 0')
@@ -595,7 +603,8 @@ def run(args):
     torch.set_num_threads(1)  # tiny problems: threads cost more than they give
     by_metric, pairs_by_metric, dense_cache = {}, {}, {}
     for m in (args.metric, *[x for x in METRICS if x != args.metric]):
-        by_metric[m], pairs_by_metric[m] = fit_metric(runs, m, args.bootstrap, args.seed, dense_cache)
+        by_metric[m], pairs_by_metric[m] = fit_metric(runs, m, args.bootstrap, args.seed, dense_cache,
+                                                      joint=not args.skip_joint)
     variants = dict(sorted(Counter(r['variant'] for r in runs).items(), key=lambda kv: (report.rank(kv[0]), kv[0])))
     holdout = ' or '.join(args.holdout) if args.holdout else None  # a run matching one filter or another is held out
     result = dict(metric=args.metric,

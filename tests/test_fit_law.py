@@ -133,16 +133,18 @@ def make_sweep(root, contexts=(128, 256, 512), strides=(2, 4, 8), capacities=(0.
 
 
 def cli(*args):
-    """Run fit_law.py as a subprocess: (exit code, stdout, stderr)."""
-    p = subprocess.run([sys.executable, os.path.join(ROOT, 'fit_law.py'), *args], capture_output=True, text=True,
-                       timeout=120)
+    """Run fit_law.py as a subprocess: (exit code, stdout, stderr). The joint law is left out (its own tests below
+    run it: its form selection refits it tens of times)."""
+    p = subprocess.run([sys.executable, os.path.join(ROOT, 'fit_law.py'), *args, '--skip_joint'],
+                       capture_output=True, text=True, timeout=120)
     return p.returncode, p.stdout, p.stderr
 
 
-def run_main(capsys, *args):
-    """fit_law.main in-process; returns (exit code, stderr). Exit 0 means it returned."""
+def run_main(capsys, *args, joint=False):
+    """fit_law.main in-process; returns (exit code, stderr). Exit 0 means it returned. joint=False: without the
+    joint law (--skip_joint), as cli()."""
     try:
-        fit_law.main(list(args))
+        fit_law.main(list(args) + ([] if joint else ['--skip_joint']))
         code = 0
     except SystemExit as e:
         code = e.code
@@ -795,3 +797,48 @@ def test_lr_sweep_tables_the_best_rates_and_both_deltas(tmp_path, capsys):
     assert d['shared']['0.002']['mean'] == pytest.approx(2.99 - 3.00) and d['shared']['0.002']['n'] == 1
     assert (tmp_path / 'out' / 'lr_vs_loss.png').stat().st_size > 0
     assert '(grid edge)' in (tmp_path / 'out' / 'lr.md').read_text()
+
+
+# -----------------------------------------------------------------------------
+# the joint law (joint_law.py): dense and X-MoD losses in one law whose rho = 1 limit is the dense law
+
+def joint_sweep(root, omega=-0.08, noise=0.0):
+    """Dense runs on a grid of sizes and budgets from a dense law, and X-MoD runs at three rho per (size, budget),
+    each FLOP-matched to a dense run, whose data term's coefficient moves with rho: b + omega log rho."""
+    rng = np.random.default_rng(7)
+    a, alpha, b, beta, e = math.log(60.0), 0.43, math.log(35.0), 0.26, math.log(0.75)
+    law = lambda N, D, rho: (math.exp(a) * N ** -alpha + math.exp(b + omega * math.log(rho)) * D ** -beta
+                             + math.exp(e)) * (1 + noise * rng.standard_normal())
+    for width, N in ((64, 2e5), (128, 8e5), (192, 1.8e6)):
+        for D in (2 ** 19, 2 ** 20, 2 ** 21, 2 ** 22):
+            fpt = 6.0 * N
+            make_run(root, f'dense_w{width}_D{D}', params_total=N, params_active=N, flops_per_token=fpt,
+                     tokens=D, loss=law(N, D, 1.0), n_embd=width)
+            for stride, rho in ((2, 1.5), (4, 3.0), (8, 6.0)):
+                make_run(root, f'xmod_s{stride}_w{width}_D{D}', model='xmod', n_layer=12, stride=stride,
+                         capacity=0.125, params_total=N * rho, params_active=N, flops_per_token=fpt * 1.01,
+                         tokens=D, loss=law(N, D, rho), n_embd=width)
+    return str(root)
+
+
+def test_joint_law_finds_a_data_term_that_moves_with_rho(tmp_path, capsys):
+    """Runs made from a joint law whose data term scales with rho^omega (0.1% noise on L), through fit_law.py: the
+    selection keeps data_rho, recovers omega inside its bootstrap interval, and fit.json's joint.heldout.budget and
+    joint.heldout.width predict the largest budget's and the largest width's Delta far better than a constant Delta
+    does."""
+    joint_sweep(tmp_path / 'runs', noise=0.001)
+    code, err = run_main(capsys, str(tmp_path / 'runs'), '--out', str(tmp_path / 'fit'), '--bootstrap', '20',
+                         joint=True)
+    assert code == 0, err
+    fit = json.load(open(tmp_path / 'fit' / 'fit.json'))
+    out = fit['joint']
+    assert fit['by_metric']['val_loss']['joint']['fitted']
+    assert out['fitted'] and 'data_rho' in out['terms']
+    assert out['coefficients']['data_rho']['value'] == pytest.approx(-0.08, abs=0.01)
+    lo, hi = out['coefficients']['data_rho']['ci']
+    assert lo <= -0.08 <= hi
+    for name, n in (('budget', 9), ('width', 12)):
+        h = out['heldout'][name]
+        assert h['n'] == n and h['rmse_delta'] < 0.004 and h['null_rmse_delta'] > 5 * h['rmse_delta'], (name, h)
+        assert h['goal_met'] and h['sign_right'] == 1.0
+    assert out['fit']['rmse_delta'] < 0.003

@@ -1,0 +1,258 @@
+"""
+joint_law.py: one law for the absolute losses of dense and X-MoD runs together (fit_law.py calls it; fit.json's
+`joint`). Its rho = 1 limit is the dense law, and sparsity can change both the size term and the data term, as in
+the joint MoE laws (Ludziejewski et al. 2025, "Joint MoE Scaling Laws"), with rho in place of the expert count:
+
+    L = exp(a + d_A) * N^-(alpha + d_alpha) + exp(b + d_B) * D^-(beta + d_beta) + exp(e)
+
+N = active non-embedding parameters, D = training tokens, rho = total / active (1 for dense). Each candidate term
+adds coefficient x feature to one of d_A, d_alpha, d_B, d_beta (TERMS); an exponent's features are multiplied by
+log(N/N0) or log(D/D0), so that a term moves the slope without moving the level at the reference point. A dense run
+has log(rho) = 0 and sees only the dense law (and 'context', the one term that is not scaled by log rho).
+
+Fitted like the dense law (Huber on log L, L-BFGS from the dense fit). The form is chosen by held-out error: backward
+elimination from all candidates, a term staying only if leaving it out makes the leave-one-configuration-out RMSE
+of Delta worse by more than SELECT_MARGIN (Delta = L_law(xmod) - L_law(its dense partner), each predicted; up to
+FOLDS configurations each is left out alone, beyond that in FOLDS folds, which keeps the selection to minutes). Then
+the chosen form is refitted without the largest budget, and without the largest width, and predicts those pairs'
+Delta, beside a constant-Delta null model (the fitted pairs' mean Delta).
+"""
+import math
+
+import numpy as np
+import torch
+
+from runs import config_key
+
+T0, S0, D0, N0 = 128, 4, 2_000_000, 787_584     # the reference point, as fit_law.py's
+HUBER_DELTA = 1e-3
+SELECT_MARGIN = 0.05
+FOLDS = 10               # cross-validation folds of X-MoD configurations (leave one out when there are fewer)
+# name: (slot, feature); the feature is a function of a run's variables (arrays): log rho 'lr', log(T/T0) 'lt',
+# log(s/s0) 'ls'. A slot's term adds to a, alpha, b or beta.
+TERMS = {
+    'size_rho': ('a', lambda v: v['lr']),                      # delta: the size term's level moves with rho
+    'size_exp_rho': ('alpha', lambda v: v['lr']),              # gamma: the size exponent moves with rho
+    'data_rho': ('b', lambda v: v['lr']),                      # omega: the data term's level moves with rho
+    'data_exp_rho': ('beta', lambda v: v['lr']),               # zeta: the data exponent moves with rho
+    'size_rho_context': ('a', lambda v: v['lr'] * v['lt']),    # longer contexts change what rho buys
+    'size_rho_stride': ('a', lambda v: v['lr'] * v['ls']),     # the anchor stride changes what rho buys
+    'context': ('a', lambda v: v['lt']),                       # every run, dense too: a longer context helps
+}
+
+
+def variables(runs):
+    col = lambda f: np.array([f(r) for r in runs], dtype=np.float64)
+    return dict(lN=col(lambda r: math.log(r['params_active'])), lD=col(lambda r: math.log(r['tokens'])),
+                lr=col(lambda r: math.log(r['rho'])), lt=col(lambda r: math.log(r['T'] / T0)),
+                ls=col(lambda r: math.log((r['stride'] or S0) / S0)))
+
+
+def design(v, terms):
+    """(n_runs, n_terms) features, each already multiplied by log(N/N0) or log(D/D0) for exponent slots."""
+    cols = []
+    for t in terms:
+        slot, f = TERMS[t]
+        x = f(v)
+        if slot == 'alpha':
+            x = -x * (v['lN'] - math.log(N0))
+        elif slot == 'beta':
+            x = -x * (v['lD'] - math.log(D0))
+        cols.append(x)
+    return np.stack(cols, axis=1) if cols else np.zeros((len(v['lN']), 0))
+
+
+def slots(terms):
+    """Which of the two terms (size 0, data 1) each candidate term changes."""
+    return np.array([0 if TERMS[t][0] in ('a', 'alpha') else 1 for t in terms])
+
+
+def log_pred_torch(theta, v, X, which):
+    a, alpha, b, beta, e = theta[:5]
+    c = theta[5:]
+    size = a - alpha * v['lN'] + (X[:, which == 0] @ c[which == 0] if (which == 0).any() else 0)
+    data = b - beta * v['lD'] + (X[:, which == 1] @ c[which == 1] if (which == 1).any() else 0)
+    return torch.logsumexp(torch.stack([size, data, e.expand_as(size)]), dim=0)
+
+
+def fit(runs, metric, terms, start, w=None, max_iter=500):
+    """Huber on log L over the runs, L-BFGS from start (5 dense parameters + one per term). Returns theta or None."""
+    v = {k: torch.as_tensor(x) for k, x in variables(runs).items()}
+    X = torch.as_tensor(design(variables(runs), terms))
+    which = torch.as_tensor(slots(terms)) if terms else torch.zeros(0, dtype=torch.long)
+    logL = torch.as_tensor(np.log([r['loss'][metric] for r in runs]))
+    w = torch.ones_like(logL) if w is None else torch.as_tensor(np.asarray(w, dtype=np.float64))
+    theta = torch.tensor(np.asarray(start, dtype=np.float64), requires_grad=True)
+    opt = torch.optim.LBFGS([theta], lr=1.0, max_iter=max_iter, tolerance_grad=1e-12, tolerance_change=1e-14,
+                            history_size=50, line_search_fn='strong_wolfe')
+
+    def closure():
+        opt.zero_grad()
+        r = log_pred_torch(theta, v, X, which)
+        loss = (w * torch.nn.functional.huber_loss(r, logL, reduction='none', delta=HUBER_DELTA)).sum() / HUBER_DELTA ** 2
+        loss.backward()
+        return loss
+    opt.step(closure)
+    th = theta.detach().numpy().copy()
+    return th if np.all(np.isfinite(th)) and np.all(np.abs(th) < 700) else None
+
+
+def predict(runs, terms, theta):
+    v = {k: torch.as_tensor(x) for k, x in variables(runs).items()}
+    X = torch.as_tensor(design(variables(runs), terms))
+    which = torch.as_tensor(slots(terms)) if terms else torch.zeros(0, dtype=torch.long)
+    with torch.no_grad():
+        return np.exp(log_pred_torch(torch.as_tensor(theta), v, X, which).numpy())
+
+
+def delta_pred(pairs, terms, theta):
+    """Delta of each (xmod run, dense partner) pair as the law predicts both."""
+    return predict([p for p, _ in pairs], terms, theta) - predict([d for _, d in pairs], terms, theta)
+
+
+def start_from(dense_theta, terms, prev=None):
+    """The dense fit's parameters and zero for every term (or a previous fit's values for the terms it had)."""
+    th = list(dense_theta) + [0.0] * len(terms)
+    if prev is not None:
+        prev_terms, prev_theta = prev
+        th[:5] = prev_theta[:5]
+        for i, t in enumerate(terms):
+            if t in prev_terms:
+                th[5 + i] = prev_theta[5 + prev_terms.index(t)]
+    return th
+
+
+def errors(obs, pred):
+    e = np.asarray(pred) - np.asarray(obs)
+    return dict(n=len(e), rmse_delta=float(np.sqrt(np.mean(e ** 2))) if len(e) else None,
+                max_abs_delta=float(np.max(np.abs(e))) if len(e) else None,
+                sign_right=float(np.mean(np.sign(pred) == np.sign(obs))) if len(e) else None)
+
+
+def cv_rmse(fit_runs, pairs, metric, terms, theta0):
+    """Leave X-MoD configurations (all seeds of each) out, refit, predict their Delta; RMSE over all pairs. One
+    configuration per fold up to FOLDS configurations (leave one out), else FOLDS folds of every FOLDS-th one."""
+    keys = sorted({config_key(p['config'], with_seed=False) for p, _ in pairs})
+    if len(keys) < 2:
+        return None
+    k_folds = min(FOLDS, len(keys))
+    obs, pred = [], []
+    for fold in range(k_folds):
+        chosen = set(keys[fold::k_folds])
+        out = {id(p) for p, _ in pairs if config_key(p['config'], with_seed=False) in chosen}
+        th = fit([r for r in fit_runs if id(r) not in out], metric, terms, theta0)
+        if th is None:
+            return None
+        held = [(p, d) for p, d in pairs if id(p) in out]
+        obs += [p['loss'][metric] - d['loss'][metric] for p, d in held]
+        pred += list(delta_pred(held, terms, th))
+    return errors(obs, pred)['rmse_delta']
+
+
+def testable(pairs, terms):
+    """Terms whose feature takes two values over the pairs (else the runs cannot tell them from the others)."""
+    if not pairs:
+        return []
+    X = design(variables([p for p, _ in pairs]), list(TERMS))
+    return [t for t, col in zip(TERMS, X.T) if np.ptp(col) > 1e-9 and t in terms]
+
+
+def select(fit_runs, pairs, metric, dense_theta):
+    """Backward elimination by leave-one-configuration-out RMSE of Delta: drop the term whose removal helps most,
+    while some removal helps or costs under SELECT_MARGIN. Returns (terms, history)."""
+    terms = testable(pairs, list(TERMS))
+    if 'context' not in terms and len({p['T'] for p in fit_runs}) > 1:
+        terms.append('context')                     # dense runs at several contexts pin it even without pairs
+    history = []
+    theta = fit(fit_runs, metric, terms, start_from(dense_theta, terms))
+    if theta is None:
+        return [], [dict(step='all candidates', note='the fit failed')]
+    current = cv_rmse(fit_runs, pairs, metric, terms, theta)
+    history.append(dict(terms=list(terms), cv_rmse_delta=current))
+    while terms and current is not None:
+        trials = []
+        for t in terms:
+            rest = [u for u in terms if u != t]
+            th = fit(fit_runs, metric, rest, start_from(dense_theta, rest, (terms, theta)))
+            cv = cv_rmse(fit_runs, pairs, metric, rest, th) if th is not None else None
+            if cv is not None:
+                trials.append((cv, t, rest, th))
+        if not trials:
+            break
+        cv, t, rest, th = min(trials, key=lambda x: x[0])
+        if cv > current * (1 + SELECT_MARGIN):          # every term beats its own removal
+            break
+        history.append(dict(dropped=t, terms=list(rest), cv_rmse_delta=cv))
+        terms, theta, current = rest, th, cv
+    return terms, history
+
+
+def joint_fit(runs, metric, dense_theta, delta_std, n_boot, rng):
+    """The joint law on the runs not held out (dense, and full X-MoD with its dense partner), its form, intervals,
+    and the held-out budget and width tests. dense_theta: the dense law's (a, alpha, b, beta, e)."""
+    use = lambda r: r['model'] == 'dense' or (r['variant'] == 'xmod' and r['rho'] > 1 + 1e-12)
+    fit_runs = [r for r in runs if use(r) and not r['heldout']]
+    pairs = [(r, r['partner']) for r in fit_runs if r['model'] != 'dense' and r['partner'] is not None
+             and not r['partner']['heldout']]
+    out = dict(form='L = exp(a + d_A) N^-(alpha + d_alpha) + exp(b + d_B) D^-(beta + d_beta) + exp(e)',
+               N='params_active', reference=dict(T0=T0, s0=S0, D0=D0, N0=N0), n_runs=len(fit_runs),
+               n_pairs=len(pairs), candidates=list(TERMS))
+    if len(pairs) < 2 or len(fit_runs) < 8:
+        out.update(fitted=False, note=f'{len(pairs)} full X-MoD pairs and {len(fit_runs)} runs: too few to fit')
+        return out
+    terms, history = select(fit_runs, pairs, metric, dense_theta)
+    theta = fit(fit_runs, metric, terms, start_from(dense_theta, terms))
+    if theta is None:
+        out.update(fitted=False, note='the fit failed')
+        return out
+    samples = []
+    for _ in range(n_boot):
+        wb = np.bincount(rng.integers(0, len(fit_runs), len(fit_runs)), minlength=len(fit_runs))
+        th = fit(fit_runs, metric, terms, theta, w=wb, max_iter=200)
+        if th is not None:
+            samples.append(th)
+    names = ['a', 'alpha', 'b', 'beta', 'e'] + terms
+    ci = (np.percentile(samples, [2.5, 97.5], axis=0).T.tolist() if len(samples) >= 2 else [None] * len(names))
+    obs = [p['loss'][metric] - d['loss'][metric] for p, d in pairs]
+    resid = np.log(predict(fit_runs, terms, theta)) - np.log([r['loss'][metric] for r in fit_runs])
+    out.update(fitted=True, terms=terms, selection=history, selection_margin=SELECT_MARGIN,
+               coefficients={n: dict(value=float(x), ci=c) for n, x, c in zip(names, theta, ci)},
+               bootstrap=dict(n=n_boot, n_valid=len(samples)),
+               fit=dict(rmse_log=float(np.sqrt(np.mean(resid ** 2))), **errors(obs, delta_pred(pairs, terms, theta))),
+               cv=dict(rmse_delta=history[-1]['cv_rmse_delta'],
+                       scheme=f'X-MoD configurations left out, {FOLDS} folds (one each when fewer)'),
+               seed_std_delta=delta_std, heldout={})
+    xmod_pairs = [(r, r['partner']) for r in runs if use(r) and r['model'] != 'dense' and r['partner'] is not None]
+    tests = {'budget': ('tokens', max(r['tokens'] for r, _ in xmod_pairs)),
+             'width': ('n_embd', max(r['n_embd'] for r, _ in xmod_pairs))}
+    for name, (key, value) in tests.items():
+        out['heldout'][name] = heldout_test([r for r in runs if use(r)], metric, terms, dense_theta, key, value,
+                                            delta_std)
+    return out
+
+
+def heldout_test(runs, metric, terms, dense_theta, key, value, delta_std):
+    """Refit the form without the runs whose `key` is `value` (dense and X-MoD alike) and predict those pairs' Delta;
+    beside it the constant-Delta null model (the fitted pairs' mean Delta)."""
+    inside = [r for r in runs if r[key] != value]
+    held = [(r, r['partner']) for r in runs if r[key] == value and r['model'] != 'dense' and r['partner'] is not None]
+    kept = {id(r) for r in inside}
+    fitted = [(r, r['partner']) for r in inside if r['model'] != 'dense' and r['partner'] is not None
+              and id(r['partner']) in kept]
+    if not held or not fitted:
+        return dict(held_out=f'{key}=={value:g}', note='nothing to hold out or nothing left to fit', n=len(held))
+    th = fit(inside, metric, terms, start_from(dense_theta, terms))
+    if th is None:
+        return dict(held_out=f'{key}=={value:g}', note='the fit failed', n=len(held))
+    obs = np.array([p['loss'][metric] - d['loss'][metric] for p, d in held])
+    null = np.mean([p['loss'][metric] - d['loss'][metric] for p, d in fitted])
+    res = errors(obs, delta_pred(held, terms, th))
+    limit = max(0.01, 1.5 * delta_std) if delta_std else 0.01
+    big = np.abs(obs) > 2 * delta_std if delta_std else np.zeros(len(obs), bool)
+    pred = delta_pred(held, terms, th)
+    res.update(held_out=f'{key}=={value:g}', null_rmse_delta=float(np.sqrt(np.mean((obs - null) ** 2))),
+               null_delta=float(null), rmse_over_seed_std=res['rmse_delta'] / delta_std if delta_std else None,
+               goal=limit, goal_met=bool(res['rmse_delta'] <= limit),
+               sign_right_big=float(np.mean(np.sign(pred[big]) == np.sign(obs[big]))) if big.any() else None,
+               n_big=int(big.sum()))
+    return res
