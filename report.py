@@ -460,6 +460,7 @@ def summary_md(result, runs):
     s.append(md_table(['metric', 'model', 'fit RMSE', 'CV RMSE', 'held-out RMSE', 'note'], rows) + '\n')
     s.append(selection_md(bm))
     s.append(goals_md(bm))
+    s.append(joint_md(bm))
     s.append(delta_vs_tokens_md(result['delta_vs_tokens']))
     s.append(fixes_md(result.get('fixes', {})))
     s.append('## Runs\n')
@@ -475,6 +476,30 @@ def summary_md(result, runs):
     s.append(md_table(['run', 'model', 'n_layer', 'stride', 'capacity', 'T', 'rho', f'L ({m})', 'partner L',
                        'Delta', f'Delta ({o})', ''], rows) + '\n')
     return '\n'.join(s)
+
+
+def joint_text(j):
+    """One line about the joint law (joint_law.py) of one metric."""
+    if not j.get('fitted'):
+        return f'joint: not fitted ({j.get("note")})'
+    held = '; '.join(f'held out {v["held_out"]}: RMSE(Delta) {fmt(v["rmse_delta"])}, constant Delta '
+                     f'{fmt(v["null_rmse_delta"])}' for v in j['heldout'].values() if v.get('rmse_delta') is not None)
+    return (f'joint ({j["n_runs"]} runs, {j["n_pairs"]} pairs): terms {", ".join(j["terms"]) or "none (the dense law)"}'
+            f'; Delta rmse fit {fmt(j["fit"]["rmse_delta"])}, cv {fmt(j["cv"]["rmse_delta"])}; {held}')
+
+
+def joint_md(bm):
+    """The joint law of each metric: its terms with intervals, and its held-out tests against a constant Delta."""
+    fitted = {m: r['joint'] for m, r in bm.items() if r.get('joint')}
+    if not fitted:
+        return ''
+    s = ['## Joint law (dense and X-MoD in one law; joint_law.py)\n']
+    for m, j in fitted.items():
+        s.append(f'- `{m}`: {joint_text(j)}')
+        if j.get('fitted'):
+            s.append('  ' + ', '.join(f'{k} {with_interval(c["value"], *(c["ci"] or (None, None)), ".4g")}'
+                                      for k, c in j['coefficients'].items()))
+    return '\n'.join(s) + '\n'
 
 
 def selection_md(bm):
@@ -551,6 +576,8 @@ def print_summary(result, out, n_plots):
         print(f'[{m}] dense: L = {d["E"]:.4g} + {d["A"]:.4g}/N^{d["alpha"]:.4g} + {d["B"]:.4g}/D^{d["beta"]:.4g}, '
               f'rmse(log L) {d["rmse_log"]:.3g}' + (' (ILL-POSED: ' + '; '.join(d['notes']) + ': not estimates, no '
                                                     'intervals)' if d['ill_posed'] else ''))
+        if r.get('joint'):
+            print(f'[{m}] {joint_text(r["joint"])}')
         if not r['relative'].get('fitted'):
             print(f'[{m}] relative: not fitted ({r["relative"]["note"]})')
             continue

@@ -830,6 +830,8 @@ def test_joint_law_finds_a_data_term_that_moves_with_rho(tmp_path, capsys):
     code, err = run_main(capsys, str(tmp_path / 'runs'), '--out', str(tmp_path / 'fit'), '--bootstrap', '20',
                          joint=True)
     assert code == 0, err
+    summary = (tmp_path / 'fit' / 'summary.md').read_text()
+    assert '## Joint law' in summary and '`val_loss_causal`: joint (48 runs, 36 pairs): terms data_rho' in summary
     fit = json.load(open(tmp_path / 'fit' / 'fit.json'))
     out = fit['joint']
     assert fit['by_metric']['val_loss']['joint']['fitted']
