@@ -75,11 +75,16 @@ def log_pred_torch(theta, v, X, which):
     return torch.logsumexp(torch.stack([size, data, e.expand_as(size)]), dim=0)
 
 
+def inputs(runs, terms):
+    """The law's inputs for these runs and terms, as tensors: the variables, the terms' features, their slots."""
+    v = variables(runs)
+    which = torch.as_tensor(slots(terms)) if terms else torch.zeros(0, dtype=torch.long)
+    return {k: torch.as_tensor(x) for k, x in v.items()}, torch.as_tensor(design(v, terms)), which
+
+
 def fit(runs, metric, terms, start, w=None, max_iter=500):
     """Huber on log L over the runs, L-BFGS from start (5 dense parameters + one per term). Returns theta or None."""
-    v = {k: torch.as_tensor(x) for k, x in variables(runs).items()}
-    X = torch.as_tensor(design(variables(runs), terms))
-    which = torch.as_tensor(slots(terms)) if terms else torch.zeros(0, dtype=torch.long)
+    v, X, which = inputs(runs, terms)
     logL = torch.as_tensor(np.log([r['loss'][metric] for r in runs]))
     w = torch.ones_like(logL) if w is None else torch.as_tensor(np.asarray(w, dtype=np.float64))
     theta = torch.tensor(np.asarray(start, dtype=np.float64), requires_grad=True)
@@ -98,9 +103,7 @@ def fit(runs, metric, terms, start, w=None, max_iter=500):
 
 
 def predict(runs, terms, theta):
-    v = {k: torch.as_tensor(x) for k, x in variables(runs).items()}
-    X = torch.as_tensor(design(variables(runs), terms))
-    which = torch.as_tensor(slots(terms)) if terms else torch.zeros(0, dtype=torch.long)
+    v, X, which = inputs(runs, terms)
     with torch.no_grad():
         return np.exp(log_pred_torch(torch.as_tensor(theta), v, X, which).numpy())
 
@@ -246,10 +249,10 @@ def heldout_test(runs, metric, terms, dense_theta, key, value, delta_std):
         return dict(held_out=f'{key}=={value:g}', note='the fit failed', n=len(held))
     obs = np.array([p['loss'][metric] - d['loss'][metric] for p, d in held])
     null = np.mean([p['loss'][metric] - d['loss'][metric] for p, d in fitted])
-    res = errors(obs, delta_pred(held, terms, th))
+    pred = delta_pred(held, terms, th)
+    res = errors(obs, pred)
     limit = max(0.01, 1.5 * delta_std) if delta_std else 0.01
     big = np.abs(obs) > 2 * delta_std if delta_std else np.zeros(len(obs), bool)
-    pred = delta_pred(held, terms, th)
     res.update(held_out=f'{key}=={value:g}', null_rmse_delta=float(np.sqrt(np.mean((obs - null) ** 2))),
                null_delta=float(null), rmse_over_seed_std=res['rmse_delta'] / delta_std if delta_std else None,
                goal=limit, goal_met=bool(res['rmse_delta'] <= limit),

@@ -19,12 +19,17 @@ This file lists a branch only once its parent has kept its step (sweep.py reads 
 """
 import os
 import runpy
+import sys
+import types
 
 name = 'cpu_wsd'
 jobs = 2
 M = 1_000_000
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUNS = os.path.join('results', name, 'runs')           # as train.py (run from the repository root) sees it
+
+sys.path.insert(0, os.path.dirname(HERE))
+import train  # noqa: E402  (its budget and cooldown rules, so the kept steps are exactly the branch points)
 
 small = runpy.run_path(os.path.join(HERE, 'cpu_small.py'))
 common = dict(small['common'], threads=1)
@@ -35,12 +40,12 @@ LONG = 8 * M
 
 
 def iters(tokens):
-    return max(1, round(tokens / TOKENS_PER_ITER))      # train.resolve_iters for max_tokens
+    return train.resolve_iters(types.SimpleNamespace(max_flops=0, max_tokens=tokens), None, TOKENS_PER_ITER)
 
 
-def cooldown_start(tokens, frac=0.2):
-    n = iters(tokens)
-    return n - round(frac * n)                           # train.cooldown_start
+def cooldown_start(tokens):
+    """Where a WSD run of this budget starts its cooldown: train.py's own rule, at its default cooldown_frac."""
+    return train.cooldown_start(types.SimpleNamespace(cooldown_frac=train.DEFAULTS['cooldown_frac']), iters(tokens))
 
 
 def arm(kind, lr, seed, tokens, schedule):
