@@ -12,8 +12,8 @@ shrank from budget to budget but hardly moved inside a 2M-token run, which point
    bit, a separate WSD run of its budget (tests/test_train.py), so each stable run gives all five budgets.
 3. Arms at the rate sweeps/cpu_lr.py found best for both at width 128 (4e-3, seed 0: dense 1.7044, X-MoD 1.7249);
    seeds 0-2, then seed 0 at 2e-3 and 8e-3, which asks whether the best rate moves with the budget.
-4. Separate cosine runs at 4e-3 at the same budgets (seed 0 first), to put Delta(D) from the branches beside Delta(D)
-   from a run per budget.
+4. Separate cosine runs at 4e-3 at the same budgets (seed 0 right after seed 0's branches), to put Delta(D) from
+   the branches beside Delta(D) from a run per budget (2M: results/cpu_lr has those).
 This file lists a branch only once its parent has kept its step (sweep.py reads it again before each start). About
 6 hours on 2 CPU cores in all (2 runs at a time), resumable, and the runs are useful in the order listed.
 """
@@ -83,5 +83,7 @@ runs = []
 for lr, seed in POINTS:
     runs += [stable(kind, lr, seed) for kind in ARMS]
     runs += [r for kind in ARMS for r in branches(kind, lr, seed)]
-for seed in (0, 1, 2):
+    if (lr, seed) == (TUNED, 0):         # the cosine run per budget beside the first branches, before more seeds
+        runs += [arm(kind, TUNED, 0, b, 'cosine') for b in (*BUDGETS, LONG) for kind in ARMS if b != 2 * M]
+for seed in (1, 2):
     runs += [arm(kind, TUNED, seed, b, 'cosine') for b in (*BUDGETS, LONG) for kind in ARMS if b != 2 * M]
