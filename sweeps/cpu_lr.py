@@ -52,22 +52,24 @@ def arm(kind, width, lr, seed=0):
     return r
 
 
-def final_val(r):
+def final_val(runs_dir, name):
     """The finished run's final val_loss_causal (the study's metric: causal routing; a dense run's two losses are
     equal), or None."""
     try:
-        with open(os.path.join(RUNS, r['name'], 'run.json')) as f:
+        with open(os.path.join(runs_dir, name, 'run.json')) as f:
             info = json.load(f)
     except (OSError, ValueError):
         return None
     return info['final']['val_loss_causal'] if info.get('finished') else None
 
 
-def rates(kind, width):
-    """The grid for one arm and width, extended by 2x past an edge that holds the best finished rate."""
-    lrs = list(GRID)
+def tune(loss_at, grid):
+    """(rates, best): the grid extended by 2x past an edge that holds the best finished rate, and that rate once all
+    are finished (else None). loss_at(lr): the final loss of the arm's seed-0 run at lr, or None. Also used by
+    sweeps/cpu_recheck.py."""
+    lrs = list(grid)
     while True:
-        vals = [final_val(arm(kind, width, lr)) for lr in lrs]
+        vals = [loss_at(lr) for lr in lrs]
         if any(v is None for v in vals):
             return lrs, None                                             # not all finished: no best yet
         best = min(range(len(lrs)), key=lambda i: vals[i])
@@ -77,6 +79,10 @@ def rates(kind, width):
             lrs.insert(0, lrs[0] / 2)
         else:
             return lrs, lrs[best]
+
+
+def rates(kind, width):
+    return tune(lambda lr: final_val(RUNS, arm(kind, width, lr)['name']), GRID)
 
 
 runs = []

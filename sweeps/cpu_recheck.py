@@ -1,0 +1,57 @@
+"""cpu_recheck: the wins that Results found at one shared learning rate (2e-3), rechecked with each arm at its own
+tuned rate. At 2e-3 the T=256 pair gave Delta -0.0118 +- 0.0025, and the 0.5M-token pairs of strides 2, 4 and 8 led
+by 0.025 to 0.052; at the reference point (T=128, 2M tokens) tuning turned a lead into a deficit (results/cpu_lr).
+
+    python sweep.py sweeps/cpu_recheck.py
+    python lr_sweep.py results/cpu_recheck/runs --out results/cpu_recheck
+
+1. Each arm on the rates 2e-3, 4e-3, 8e-3 (seed 0, min_lr = lr / 10, cosine as before), extended by 2x past an edge
+   that holds its best finished rate, as sweeps/cpu_lr.py does. So the best rate is found at 0.5M tokens and at
+   T=256 themselves, rather than assumed to be the 2M, T=128 one.
+2. Seeds 1 and 2 at each arm's best rate: Delta with 3 seeds per arm, paired by seed.
+The arms: the 4-layer dense model against X-MoD strides 2 (c 0.531), 4 (c 0.125) and 8 (c 0.250) at 0.5M tokens,
+then the T=256 pair at 2M tokens (X-MoD stride 4, c 0.125, depth solved). About an hour on 2 CPU cores, resumable.
+"""
+import os
+import runpy
+
+name = 'cpu_recheck'
+jobs = 2
+M = 1_000_000
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUNS = os.path.join(os.path.dirname(HERE), 'results', name, 'runs')
+
+small = runpy.run_path(os.path.join(HERE, 'cpu_small.py'))
+lr_sweep = runpy.run_path(os.path.join(HERE, 'cpu_lr.py'))             # its tune and final_val
+common = dict(small['common'], threads=1)
+run, dense, xmod = small['builders'](tokens_per_iter=2048, width=128, tokens=2 * M, block_size=128)
+
+GRID = (2e-3, 4e-3, 8e-3)
+SEEDS = (1, 2)
+ARMS = {                                    # the arms of cpu_small / cpu_medium, by their names there
+    'dense_0.5M': lambda **kw: dense(4, tokens=M // 2, **kw),
+    'xmod_s2_0.5M': lambda **kw: xmod(2, 5, 4, tokens=M // 2, **kw),
+    'xmod_s4_0.5M': lambda **kw: xmod(4, 12, 4, tokens=M // 2, **kw),
+    'xmod_s8_0.5M': lambda **kw: xmod(8, 11, 4, tokens=M // 2, **kw),
+    'dense_T256': lambda **kw: dense(4, block_size=256, **kw),
+    'xmod_s4_T256': lambda **kw: xmod(4, 0, 4, capacity=0.125, block_size=256, tag='_T256', **kw),
+}
+
+
+def arm(key, lr, seed=0):
+    """One run of an arm at a peak rate, named as the shared-rate run it rechecks plus _lr<rate>."""
+    r = ARMS[key](learning_rate=lr, min_lr=lr / 10, seed=seed)
+    base, _, seed_part = r['name'].partition('_seed')
+    r['name'] = f'{base}_lr{lr:g}' + (f'_seed{seed_part}' if seed_part else '')
+    return r
+
+
+def rates(key):
+    return lr_sweep['tune'](lambda lr: lr_sweep['final_val'](RUNS, arm(key, lr)['name']), GRID)
+
+
+runs = [arm(key, lr) for key in ARMS for lr in rates(key)[0]]
+for key in ARMS:
+    best = rates(key)[1]
+    if best is not None:
+        runs += [arm(key, best, seed=s) for s in SEEDS]
