@@ -34,7 +34,8 @@ def routed_depth(model, ids):
     model.eval()                                          # thresholds frozen, no dropout: what sampling uses
     _, _, aux = model(idx, routing='causal', return_aux=True)
     model.train(was_training)
-    routed = [(l, a['mask'][0]) for l, a in enumerate(aux['layers']) if 'mask' in a]   # each mask (T,)
+    routed = [(l, a['mask'][0]) for l, (kind, a) in enumerate(zip(layer_kinds(model.config), aux['layers']))
+              if kind == 'routed']                                                      # each mask (T,)
     layers = [l for l, _ in routed]
     mask = torch.stack([m for _, m in routed]).cpu().numpy() if routed else np.zeros((0, T), bool)   # (R, T)
     return dict(ids=idx[0].tolist(), layers=layers, mask=mask, depth=mask.sum(0))
@@ -149,14 +150,14 @@ def layer_overlap(model, idx):
     each layer took, jaccard_topk / jaccard_causal (R, R) the mean over sequences of |A & B| / |A | B|,
     independent (R, R) what independent choices at the causal rates would give, router_cosine (R, R) the cosine of
     the router weights, threshold (R,) the calibrated causal thresholds."""
+    layers = [l for l, kind in enumerate(layer_kinds(model.config)) if kind == 'routed']
     was_training = model.training
     model.eval()
     masks = {}
     for routing in ('topk', 'causal'):
         _, _, aux = model(idx, routing=routing, return_aux=True)
-        masks[routing] = torch.stack([a['mask'] for a in aux['layers'] if 'mask' in a])       # (R, B, T)
+        masks[routing] = torch.stack([aux['layers'][l]['mask'] for l in layers])             # (R, B, T)
     model.train(was_training)
-    layers = [l for l, kind in enumerate(layer_kinds(model.config)) if kind == 'routed']
     routers = [model.transformer.h[l].router for l in layers]
     out = dict(layers=np.array(layers))
     for routing, m in masks.items():

@@ -243,7 +243,7 @@ def evaluate(run, model, routing):
         x, y = read_windows(data, b, T, run.dev)
         with run.ctx:
             _, _, aux = model.fwd(x, y, routing=routing, return_aux=True)
-        values = {**aux['losses'], **raw_model.routing_stats(aux['layers'], routing)}
+        values = {**aux['losses'], **xmod.routing_stats(raw_model, aux['layers'], routing)}
         keys = keys or list(values)
         vec = torch.stack([values[k].float() for k in keys]) * weight
         total = vec if total is None else total + vec
@@ -371,6 +371,7 @@ def build_model(run):
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)                    # the initial weights: a pure function of the seed
     raw = GPT(run.mcfg)
+    raw.calibration_checked = True                 # step 0's causal eval runs before any calibration, by design
     torch.manual_seed(cfg.seed + run.rank)         # dropout: its own stream per rank
     ckpt = run.checkpoint
     if ckpt is not None:

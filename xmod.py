@@ -2,17 +2,19 @@
 xmod.py: Dense, Mixture-of-Depths (MoD), X-MoD and a small Mixture-of-Experts (MoE), side by side, in one file.
 
 Read it top to bottom:
-  1. GPTConfig ........ the model's shape, with a clear error for every bad field; the layer layout
-  2. the backbone ..... RMSNorm, RoPE attention that takes explicit positions, MLP, Block
+  1. GPTConfig ........ the model's shape, with a clear error for every bad field; the layer layout (layer_kinds)
+  2. the backbone ..... RMSNorm, RoPE attention that takes explicit positions (Attention.qkv), MLP, Block
   3. routing .......... capacity_k, topk_cut, route_topk, depth_balance_loss, in_float32 (routers under autocast),
                         Router (scores, gate, causal threshold)
   4. RoutedBlock ...... MoD / X-MoD: a whole block that only k tokens per sequence go through
                         (naive path: a loop over sequences with boolean masks; fast path: batched gather/scatter)
   5. MoE .............. token-choice top-k over experts (naive: loop over experts; fast: sort by expert + bmm)
-  6. GPT .............. one loop over layers, each called as x, aux = layer(x, pos, routing); the losses;
-                        routing_stats for the log; accounting (params); generate
-  7. accounting ....... layer_kinds, flops_per_token and match_flops, from the config alone
-  8. `python xmod.py` . the model zoo table
+  6. GPT .............. one loop over layers, each called as x, aux = layer(x, pos, routing); the losses; the
+                        causal thresholds (calibrate); parameter counts; the optimizer; generate
+  7. routing_stats .... what the training log records about routing
+  8. accounting ....... flops_per_token and match_flops, from the config alone
+  9. generation ....... KVCache; prefill (the prompt in one pass) and decode_next (one token), for generate
+ 10. `python xmod.py` . the model zoo table
 
 The paper ("X-MoD: Practical Scaling Laws for Sparse-Depth Routing Beyond Mixture-of-Depths") is known to us by its
 abstract only; where a choice below is our reading of it, the comment says so. Shapes: B batch, T time (context),
@@ -20,6 +22,7 @@ C channels (n_embd), k tokens routed per sequence, E experts, H expert hidden si
 """
 import functools
 import math
+import warnings
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -119,6 +122,18 @@ class GPTConfig:
         return True                        # dense; moe (its attention is dense, its MLP is a mixture)
 
 
+def layer_kinds(config):
+    """e.g. ['dense', 'routed', 'routed', 'routed', 'dense', ...] for xmod with stride 4 (GPTConfig.is_dense_layer)."""
+    if config.model == 'moe':
+        return ['moe'] * config.n_layer
+    return ['dense' if config.is_dense_layer(l) else 'routed' for l in range(config.n_layer)]
+
+
+def layout_string(config):
+    """e.g. 'DrrrDrrrDrrr': D dense (an anchor), r routed, E MoE."""
+    return ''.join({'dense': 'D', 'routed': 'r', 'moe': 'E'}[k] for k in layer_kinds(config))
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # 2. The backbone: pre-norm decoder block with RoPE attention that takes each token's position explicitly
 
@@ -135,59 +150,6 @@ def apply_rope(x, cos, sin):
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
-class KVCache:
-    """Keys and values of the tokens one attention layer has taken so far, per sequence, for generation. A dense
-    layer takes every token; a routed layer only those that passed its threshold, so each sequence has its own
-    length. k, v (B, nh, L, hs) after RoPE; pos (B, L) each cached token's position; length (B,); filled, the
-    longest row as a Python int, so that a layer whose rows all have that length reads plain views, with no mask,
-    no copy and no device sync; threshold, a routed layer's causal threshold, read once for the whole generation."""
-
-    def __init__(self, B, n_head, head_size, L, device, dtype, threshold=None):
-        self.k = torch.zeros(B, n_head, L, head_size, device=device, dtype=dtype)
-        self.v = torch.zeros_like(self.k)
-        self.pos = torch.full((B, L), -1, dtype=torch.long, device=device)
-        self.length = torch.zeros(B, dtype=torch.long, device=device)
-        self.filled = 0
-        self.threshold = threshold
-
-    def append(self, rows, pos, k, v):
-        """rows (n,) the sequences taking a token at positions pos (n,), or None for all of them, when all have the
-        same length (a dense layer; a routed layer at batch 1); k, v (n, nh, 1, hs), in any dtype (autocast gives
-        bf16 values): they are written in the cache's own."""
-        if rows is None:
-            at = self.filled
-            self.k[:, :, at], self.v[:, :, at], self.pos[:, at] = k[:, :, 0], v[:, :, 0], pos   # copy_ casts
-            self.length += 1
-            self.filled += 1
-            return
-        at = self.length[rows]                                          # (n,) the next free slot of each row
-        self.k[rows, :, at], self.v[rows, :, at] = k[:, :, 0].to(self.k.dtype), v[:, :, 0].to(self.v.dtype)
-        self.pos[rows, at] = pos
-        self.length[rows] += 1
-        self.filled = int(self.length.max())
-
-    def fill(self, pos, k, v):
-        """The prompt's keys and values in one go (prefill): k, v (B, nh, L, hs) at positions pos (L,) or (B, L).
-        All L slots count as real; a routed layer's padded gather then `keep`s its real counts."""
-        L = k.size(2)
-        self.k[:, :, :L], self.v[:, :, :L], self.pos[:, :L] = k, v, pos
-        self.length = torch.full_like(self.length, L)
-        self.filled = L
-
-    def keep(self, counts):
-        """After a padded fill: only the first counts (B,) slots of each row are real tokens (a routed prefill)."""
-        self.length, self.filled = counts.clone(), int(counts.max())
-
-    def read(self, rows):
-        """k, v (n, nh, L, hs) of the sequences `rows` (None: all, of equal length) and a mask of their real slots
-        (n, 1, 1, L), None when every slot is real."""
-        if rows is None:
-            return self.k[:, :, :self.filled], self.v[:, :, :self.filled], None
-        L = int(self.length[rows].max())
-        valid = torch.arange(L, device=self.k.device) < self.length[rows].unsqueeze(1)    # (n, L)
-        return self.k[rows, :, :L], self.v[rows, :, :L], valid[:, None, None, :]
-
-
 class Attention(nn.Module):
 
     def __init__(self, config):
@@ -200,22 +162,26 @@ class Attention(nn.Module):
         self.register_buffer('cos', cos, persistent=False)   # not in the state_dict: both impls load the same
         self.register_buffer('sin', sin, persistent=False)
 
-    def forward(self, x, pos, attn_mask=None, cache=None):
-        """x (B, T, C); pos (T,) or (B, T): each token's ORIGINAL position in its sequence. After a routed gather the
-        tokens are a subsequence, and RoPE must still rotate them by where they were, not by 0..k-1 (a known bug of
-        public MoD code). attn_mask (B, 1, T, T) bool, or None for plain causal attention in the given order.
-        cache: generation's prefill, which keeps every token's key and value (after RoPE) in it."""
+    def qkv(self, x, pos):
+        """x (B, T, C) -> q, k, v (B, nh, T, hs), q and k rotated by RoPE at pos (T,) or (B, T): each token's ORIGINAL
+        position in its sequence. After a routed gather the tokens are a subsequence, and RoPE must still rotate them
+        by where they were, not by 0..k-1 (a known bug of public MoD code). The one home of that rule."""
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
-        cos, sin = self.cos[pos], self.sin[pos]
+        cos, sin = self.cos[pos], self.sin[pos]                             # (T, hs/2) or (B, T, hs/2)
         if cos.dim() == 2:
             cos, sin = cos.unsqueeze(0), sin.unsqueeze(0)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    def forward(self, x, pos, cache=None):
+        """Causal attention among the tokens of x (B, T, C), in the given order, at positions pos (qkv). cache:
+        generation's prefill, which keeps every token's key and value (after RoPE) in it."""
+        B, T, C = x.size()
+        q, k, v = self.qkv(x, pos)
         if cache is not None:
             cache.fill(pos, k, v)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
-                                           dropout_p=self.dropout if self.training else 0.0)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
@@ -224,12 +190,9 @@ class Attention(nn.Module):
         Its key and value join the cache, and it attends over everything its sequence has cached (all earlier, so no
         causal mask; a padding mask where sequences have cached different numbers of tokens)."""
         n, _, C = x.size()
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(n, 1, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (n, nh, 1, hs)
-        cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)      # (n, 1, hs/2)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k, v = self.qkv(x, pos.unsqueeze(1))                              # (n, nh, 1, hs) each
         cache.append(rows, pos, k, v)
-        keys, values, valid = cache.read(rows)                                 # (n, nh, L, hs) each
+        keys, values, valid = cache.read(rows)                               # (n, nh, L, hs) each
         y = F.scaled_dot_product_attention(q, keys, values, attn_mask=valid)   # (n, nh, 1, hs)
         return self.c_proj(y.transpose(1, 2).reshape(n, 1, C))
 
@@ -258,27 +221,37 @@ class Block(nn.Module):
         self.ln_2 = nn.RMSNorm(config.n_embd)
         self.mlp = mlp if mlp is not None else MLP(config)
 
-    def delta(self, x, pos, attn_mask=None, cache=None):
-        a = self.attn(self.ln_1(x), pos, attn_mask, cache)
-        return a + self.mlp(self.ln_2(x + a))
-
     def forward(self, x, pos, routing='topk'):
         """A dense layer (an anchor): every token, in either routing mode. Every layer of GPT is called the same
         way, x, aux = layer(x, pos, routing); a dense layer has nothing to route and nothing to report."""
-        return x + self.delta(x, pos), {}
+        f, aux = self.update(x, self.attn(self.ln_1(x), pos), routing)
+        return x + f, aux
 
-    def decode_delta(self, x, pos, cache, rows):
-        """delta for one new token of each sequence in rows, with the layer's KV cache (generation)."""
-        a = self.attn.decode(self.ln_1(x), pos, cache, rows)
-        return a + self.mlp(self.ln_2(x + a))
+    def delta(self, x, pos, cache=None):
+        """The update f(x) alone, for a routed layer's selected tokens x (B, k, C) at positions pos."""
+        return self.update(x, self.attn(self.ln_1(x), pos, cache))[0]
+
+    def update(self, x, a, routing='topk'):
+        """Attention, then MLP: f = a + mlp(ln_2(x + a)) from the attention's output a, and what the MLP reports.
+        The one home of the block's update, for a full pass, generation's prefill and one decoding step."""
+        m, aux = self.ffn(self.ln_2(x + a), routing)
+        return a + m, aux
+
+    def ffn(self, h, routing):
+        """The MLP on the normed stream h, and its aux: {} here; MoEBlock puts its mixture of experts here."""
+        return self.mlp(h), {}
 
     def decode(self, x, pos, cache):
         """Generation, one new token per sequence: x (B, 1, C) at positions pos (B,). A dense layer takes it."""
         return x + self.decode_delta(x, pos, cache, None)                 # every sequence: no index ops
 
+    def decode_delta(self, x, pos, cache, rows):
+        """f(x) for one new token of each sequence in rows, with the layer's KV cache (generation)."""
+        return self.update(x, self.attn.decode(self.ln_1(x), pos, cache, rows), 'causal')[0]
+
     def prefill(self, x, pos, cache):
         """Generation's prompt, x (B, T, C) at positions pos (T,), in one causal pass that fills the cache."""
-        return x + self.delta(x, pos, cache=cache)
+        return x + self.update(x, self.attn(self.ln_1(x), pos, cache), 'causal')[0]
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -471,17 +444,14 @@ class RoutedBlock(nn.Module):
         return torch.scatter_add(x, 1, gidx, (ws * f).to(x.dtype))
 
     def forward_fast_causal(self, x, mask, w, cache=None):
-        """Causal routing at the cost of the tokens taken: each sequence's selected tokens are gathered to the front,
-        in order, and padded to the batch's largest count k_max; the block runs on (B, k_max, C) at the tokens'
-        original positions, and the gated update of the real (not padding) slots is scattered back. Plain causal
-        attention suffices: a real slot's earlier slots are all real, and what padding slots compute is dropped.
-        cache (generation's prefill): gets the k_max slots, of which `counts` per row are real.
-        k_max is the one size read from the data. torch.compile keeps it in one graph as a size it does not know
-        (an "unbacked" size: set torch._dynamo.config.capture_scalar_outputs = True, as train.py does), told only
-        its bounds; at least one slot, so that no tensor is empty (a batch where nothing passes runs one padding
-        slot, whose update is multiplied by 0)."""
+        """Causal routing at the cost of the tokens taken: each sequence's taken tokens, gathered to the front in order
+        and padded to the batch's largest count k_max, go through the block at their original positions; the gated
+        update of the real slots is scattered back. cache (prefill) keeps the real slots only."""
         B, T, C = x.size()
         counts = mask.sum(1)                                                # (B,) tokens taken per sequence
+        # k_max is the one size read from the data: torch.compile keeps it in one graph as an "unbacked" size
+        # (torch._dynamo.config.capture_scalar_outputs = True, as train.py sets), told only these bounds. At least
+        # one slot, so that no tensor is empty: when nothing passes, one padding slot runs, its update times 0.
         k_max = int(counts.max().clamp_min(1))
         torch._check(k_max >= 1)
         torch._check(k_max <= T)
@@ -489,6 +459,7 @@ class RoutedBlock(nn.Module):
         idx = first.argsort(dim=1)[:, :k_max]                               # (B, k_max) positions, ascending
         real = torch.arange(k_max, device=x.device) < counts.unsqueeze(1)   # (B, k_max)
         gidx = idx.unsqueeze(-1).expand(-1, -1, C)                          # (B, k_max, C)
+        # plain causal attention suffices: a real slot's earlier slots are all real; what padding computes is dropped
         f = self.block.delta(torch.gather(x, 1, gidx), idx, cache=cache)    # (B, k_max, C); RoPE at positions idx
         if cache is not None:
             cache.keep(counts)                                              # the padding slots are not cached
@@ -592,18 +563,8 @@ class MoEBlock(Block):
     def __init__(self, config):
         super().__init__(config, mlp=MoE(config))
 
-    def forward(self, x, pos, routing='topk'):
-        a = self.attn(self.ln_1(x), pos)
-        m, aux = self.mlp(self.ln_2(x + a), routing)
-        return x + (a + m), aux
-
-    def decode_delta(self, x, pos, cache, rows):
-        a = self.attn.decode(self.ln_1(x), pos, cache, rows)
-        return a + self.mlp(self.ln_2(x + a), 'causal')[0]              # causal: each token routed alone
-
-    def prefill(self, x, pos, cache):
-        a = self.attn(self.ln_1(x), pos, cache=cache)
-        return x + a + self.mlp(self.ln_2(x + a), 'causal')[0]
+    def ffn(self, h, routing):
+        return self.mlp(h, routing)                 # causal routing (generation): each token routed alone
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -629,6 +590,7 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight
         self.apply(self._init_weights)
+        self.calibration_checked = False    # warn_if_uncalibrated looks once
         for name, p in self.named_parameters():
             if name.endswith('c_proj.weight') or name.endswith('w_proj'):   # GPT-2's scaled residual projections
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
@@ -654,6 +616,8 @@ class GPT(nn.Module):
         B, T = idx.size()
         if T > self.config.block_size:
             raise ValueError(f"sequence length {T} exceeds block_size={self.config.block_size}")
+        if routing == 'causal':
+            self.warn_if_uncalibrated()
         pos = torch.arange(T, device=idx.device)                     # each token's position; a routed layer keeps it
         x = self.transformer.drop(self.transformer.wte(idx))          # (B, T, C)
         layers = []
@@ -667,7 +631,7 @@ class GPT(nn.Module):
         logits = self.lm_head(x)                                      # (B, T, V)
         # flatten (B, T) together: one target per position of every sequence
         lm = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
-        aux_losses = self.aux_losses(layers, T)
+        aux_losses = self.aux_losses(layers, T, routing)
         weight = self.loss_weights()
         loss = lm + sum(weight[name] * value for name, value in aux_losses.items())
         if return_aux:
@@ -681,11 +645,12 @@ class GPT(nn.Module):
         return {'router_bce': c.router_aux, 'depth_balance': c.balance, 'router_zloss': c.router_zloss,
                 'moe_balance': c.moe_aux, 'moe_zloss': c.moe_zloss}
 
-    def aux_losses(self, layers, T):
+    def aux_losses(self, layers, T, routing):
         """The auxiliary losses, unweighted, from what the layers returned (`layers`: one aux dict per layer).
         Routed layers give theirs in top-k mode only: in causal mode there is no top-k choice to learn from."""
-        routed = [a for a in layers if 'router_bce' in a]
-        moe = [a for a in layers if 'moe_balance' in a]
+        kinds = layer_kinds(self.config)
+        routed = [a for kind, a in zip(kinds, layers) if kind == 'routed' and routing == 'topk']
+        moe = [a for kind, a in zip(kinds, layers) if kind == 'moe']
         losses = {}
         if routed:
             losses['router_bce'] = torch.stack([a['router_bce'] for a in routed]).mean()
@@ -715,48 +680,17 @@ class GPT(nn.Module):
                 r = torch.cat(parts)                                                    # (global rows, T)
             self.transformer.h[l].router.update_threshold(r, capacity_k(self.config.capacity, r.size(1)))
 
-    @torch.no_grad()
-    def routing_stats(self, layers, routing):
-        """What the log records about routing, from one forward's `layers` (forward(..., return_aux=True)), as
-        0-dim tensors (no host sync). Top-k mode, per routed layer l: router_acc_l (does the causal threshold pick
-        what top-k picks?), gate_l, jaccard_l (overlap of its selection with the previous routed layer's, per
-        sequence), margin_l (the sequence's top-k cut minus the causal threshold, in units of the scores' std:
-        where the threshold sits against the scores), score_std_l; and the spread of the tokens' routed depth
-        (depth_std), the fraction of tokens no routed layer takes (untouched_frac), each MoE layer's busiest
-        expert (1 = uniform) and the dropped fraction. Causal mode (every name prefixed causal_): each routed
-        layer's rate of taken tokens (against capacity c), the realised depth and untouched fraction, the MoE's
-        busiest expert."""
-        stats, depth, drops, prev = {}, 0, [], None
-        prefix = '' if routing == 'topk' else 'causal_'
-        for l, (layer, a) in enumerate(zip(self.transformer.h, layers)):
-            if 'mask' in a:                                            # a routed layer
-                r, mask = a['scores'], a['mask']
-                depth = depth + mask.float()                           # (B, T) realised routed depth
-                if routing == 'topk':
-                    thr = layer.router.threshold()
-                    std = r.std(dim=1, unbiased=False).clamp_min(1e-12)   # (B,)
-                    stats[f'router_acc_{l}'] = ((r > thr) == mask).float().mean()
-                    stats[f'gate_{l}'] = (layer.router.gain if self.config.gate == 'variance' else
-                                          (layer.router.gate(r) * mask).sum() / mask.sum().clamp_min(1))
-                    if prev is not None:
-                        both, either = (mask & prev).sum(1).float(), (mask | prev).sum(1).float()
-                        stats[f'jaccard_{l}'] = (both / either.clamp_min(1)).mean()
-                    stats[f'margin_{l}'] = ((a['cut'] - thr) / std).mean()
-                    stats[f'score_std_{l}'] = std.mean()
-                else:
-                    stats[f'causal_rate_{l}'] = mask.float().mean()
-                prev = mask
-            elif 'load' in a:                                          # an MoE layer
-                stats[f'{prefix}moe_load_max_{l}'] = a['load'].max() * len(a['load'])
-                drops.append(a['drop_frac'])
-        if torch.is_tensor(depth):
-            if routing == 'causal':
-                stats['causal_depth_mean'] = depth.mean()
-            stats[prefix + 'depth_std'] = depth.std(unbiased=False)
-            stats[prefix + 'untouched_frac'] = (depth == 0).float().mean()
-        if drops and routing == 'topk':                                # causal routing drops nothing
-            stats['moe_drop_frac'] = torch.stack(drops).mean()
-        return stats
+    def warn_if_uncalibrated(self):
+        """Causal routing compares scores with the thresholds that calibrate sets once per training step. Never
+        calibrated, they are 0, and a routed layer takes about half the tokens instead of c: say so, once."""
+        if torch.compiler.is_compiling() or self.calibration_checked:     # compiled: no guard on the flag
+            return
+        self.calibration_checked = True
+        routers = [h.router for kind, h in zip(layer_kinds(self.config), self.transformer.h) if kind == 'routed']
+        if any(int(router.thr_steps) == 0 for router in routers):
+            warnings.warn("causal routing with thresholds that were never calibrated: each routed layer takes the "
+                          "tokens whose score is > 0, not a fraction `capacity` of them. Call GPT.calibrate once per "
+                          "training step, as train.py does", stacklevel=2)
 
     # -- accounting ------------------------------------------------------------------------------------------------
 
@@ -785,7 +719,7 @@ class GPT(nn.Module):
                 n += count(layer)
         return n
 
-    # -- training and generation -----------------------------------------------------------------------------------
+    # -- training and sampling -------------------------------------------------------------------------------------
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         """AdamW; matrices decay, vectors and scalars (norms, biases, gates) do not. Router weights are matrices
@@ -796,43 +730,16 @@ class GPT(nn.Module):
                 continue
             (decay if p.dim() >= 2 and 'router.weight' not in name else no_decay).append(p)
         groups = [{'params': decay, 'weight_decay': weight_decay}, {'params': no_decay, 'weight_decay': 0.0}]
-        # fused: one kernel over all parameters instead of a dozen small ops per tensor, on a CPU too (X-MoD at width
-        # 128, 12 layers, 2 cores: the optimizer step 12 ms of a 230 ms training step, fused 3 ms)
+        # fused: one kernel over all parameters instead of a dozen small ops per tensor, on a CPU too (README, Speed)
         fused = device_type in ('cuda', 'cpu')
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
 
     @torch.no_grad()
-    def decode(self, idx, pos, caches):
-        """Logits (B, V) of the next token after idx (B,) at position pos (an int), every layer run once for that
-        token with its KV cache (caches: one KVCache per layer). Equals the causal forward's logits at pos."""
-        x = self.transformer.wte(idx).unsqueeze(1)                          # (B, 1, C)
-        p = torch.full((idx.size(0),), pos, dtype=torch.long, device=idx.device)
-        for layer, cache in zip(self.transformer.h, caches):
-            x = layer.decode(x, p, cache)
-        return self.lm_head(self.transformer.ln_f(x))[:, 0]
-
-    def prefill(self, idx, caches):
-        """The prompt idx (B, T) in one causal pass that fills every layer's cache (caches: new_caches(B)); logits
-        (B, V) of the token after it. Equals decoding the prompt token by token, in one pass instead of T."""
-        x = self.transformer.wte(idx)                                       # (B, T, C)
-        pos = torch.arange(idx.size(1), device=idx.device)
-        for layer, cache in zip(self.transformer.h, caches):
-            x = layer.prefill(x, pos, cache)
-        return self.lm_head(self.transformer.ln_f(x[:, -1]))
-
-    def new_caches(self, B, device):
-        c = self.config
-        dtype = self.lm_head.weight.dtype
-        return [KVCache(B, c.n_head, c.n_embd // c.n_head, c.block_size, device, dtype,
-                        layer.router.threshold() if isinstance(layer, RoutedBlock) else None)
-                for layer in self.transformer.h]
-
-    @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
         """Sample with causal routing: no routed layer or expert looks at a position after the one predicted.
-        use_cache: each new token runs each layer once, with per-layer KV caches (a routed layer caches only the
-        tokens it took), instead of recomputing the whole window. Past block_size the window slides, every
-        position changes, and each step recomputes the window (as use_cache=False does)."""
+        use_cache: the prompt in one pass, then each new token runs each layer once with its KV cache (section 9; a
+        routed layer caches only the tokens it took), instead of recomputing the whole window. Past block_size the
+        window slides, every position changes, and each step recomputes the window (as use_cache=False does)."""
         T_max = self.config.block_size
         caches = None
         for _ in range(max_new_tokens):
@@ -840,10 +747,10 @@ class GPT(nn.Module):
             if not use_cache or T > T_max:
                 logits = self(idx[:, -T_max:], routing='causal')[0][:, -1, :]
             elif caches is None:                                            # the prompt, in one pass
-                caches = self.new_caches(idx.size(0), idx.device)
-                logits = self.prefill(idx, caches)
+                caches = new_caches(self, idx.size(0), idx.device)
+                logits = prefill(self, idx, caches)
             else:
-                logits = self.decode(idx[:, -1], T - 1, caches)
+                logits = decode_next(self, idx[:, -1], T - 1, caches)
             logits = logits.float() / max(temperature, 1e-8)   # float32: autocast's bf16/fp16 logits overflow here
             if top_k is not None:
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
@@ -854,14 +761,47 @@ class GPT(nn.Module):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# 7. Accounting from the config alone, and FLOP matching
+# 7. What the log records about routing
 
-def layer_kinds(config):
-    """e.g. ['dense', 'routed', 'routed', 'routed', 'dense', ...] for xmod with stride 4 (GPTConfig.is_dense_layer)."""
-    if config.model == 'moe':
-        return ['moe'] * config.n_layer
-    return ['dense' if config.is_dense_layer(l) else 'routed' for l in range(config.n_layer)]
+@torch.no_grad()
+def routing_stats(model, layers, routing):
+    """The routing statistics of one forward's `layers` (forward(..., return_aux=True)) in mode `routing`, as 0-dim
+    tensors (no host sync); causal mode's names start with causal_. README, "Training: what you get", lists them."""
+    stats, depth, drops, prev = {}, 0, [], None
+    prefix = '' if routing == 'topk' else 'causal_'
+    for l, (kind, layer, a) in enumerate(zip(layer_kinds(model.config), model.transformer.h, layers)):
+        if kind == 'routed':
+            r, mask = a['scores'], a['mask']
+            depth = depth + mask.float()                               # (B, T) realised routed depth
+            if routing == 'topk':
+                thr = layer.router.threshold()
+                std = r.std(dim=1, unbiased=False).clamp_min(1e-12)    # (B,)
+                stats[f'router_acc_{l}'] = ((r > thr) == mask).float().mean()   # does the threshold pick top-k's?
+                stats[f'gate_{l}'] = (layer.router.gain if model.config.gate == 'variance' else
+                                      (layer.router.gate(r) * mask).sum() / mask.sum().clamp_min(1))
+                if prev is not None:                                   # overlap with the previous routed layer
+                    both, either = (mask & prev).sum(1).float(), (mask | prev).sum(1).float()
+                    stats[f'jaccard_{l}'] = (both / either.clamp_min(1)).mean()
+                stats[f'margin_{l}'] = ((a['cut'] - thr) / std).mean()   # top-k cut - threshold, in score stds
+                stats[f'score_std_{l}'] = std.mean()
+            else:
+                stats[f'causal_rate_{l}'] = mask.float().mean()       # against capacity c
+            prev = mask
+        elif kind == 'moe':
+            stats[f'{prefix}moe_load_max_{l}'] = a['load'].max() * len(a['load'])   # busiest expert; 1 = uniform
+            drops.append(a['drop_frac'])
+    if torch.is_tensor(depth):
+        if routing == 'causal':
+            stats['causal_depth_mean'] = depth.mean()
+        stats[prefix + 'depth_std'] = depth.std(unbiased=False)
+        stats[prefix + 'untouched_frac'] = (depth == 0).float().mean()    # tokens no routed layer took
+    if drops and routing == 'topk':                                    # causal routing drops nothing
+        stats['moe_drop_frac'] = torch.stack(drops).mean()
+    return stats
 
+
+# ----------------------------------------------------------------------------------------------------------------------
+# 8. Accounting from the config alone, and FLOP matching
 
 def flops_per_token(config, T=None, batch_size=1):
     """Forward FLOPs per token that the fast path executes in training (top-k) mode at context T (a matmul of
@@ -918,12 +858,93 @@ def match_flops(dense, model, stride=None, n_layer=None, capacity=None, tol=0.02
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# 8. The model zoo: `python xmod.py`
+# 9. Generation with a KV cache: the prompt in one pass, then one token at a time (GPT.generate's use_cache=True)
 
-def layout_string(config):
-    """e.g. 'DrrrDrrrDrrr': D dense (an anchor), r routed, E MoE."""
-    return ''.join({'dense': 'D', 'routed': 'r', 'moe': 'E'}[k] for k in layer_kinds(config))
+class KVCache:
+    """One attention layer's keys and values (B, nh, L, hs), after RoPE, of the tokens it has taken so far: a dense
+    layer every token, a routed layer those that passed its causal threshold (read once, `threshold`), so each
+    sequence has its own `length`."""
 
+    def __init__(self, B, n_head, head_size, L, device, dtype, threshold=None):
+        self.k = torch.zeros(B, n_head, L, head_size, device=device, dtype=dtype)
+        self.v = torch.zeros_like(self.k)
+        self.pos = torch.full((B, L), -1, dtype=torch.long, device=device)
+        self.length = torch.zeros(B, dtype=torch.long, device=device)
+        self.filled = 0       # the longest row, a Python int: rows all that long read plain views (no mask, no sync)
+        self.threshold = threshold
+
+    def append(self, rows, pos, k, v):
+        """rows (n,) the sequences taking a token at positions pos (n,), or None for all of them, when all have the
+        same length (a dense layer; a routed layer at batch 1); k, v (n, nh, 1, hs), in any dtype (autocast gives
+        bf16 values): they are written in the cache's own."""
+        if rows is None:
+            at = self.filled
+            self.k[:, :, at], self.v[:, :, at], self.pos[:, at] = k[:, :, 0], v[:, :, 0], pos   # copy_ casts
+            self.length += 1
+            self.filled += 1
+            return
+        at = self.length[rows]                                          # (n,) the next free slot of each row
+        self.k[rows, :, at], self.v[rows, :, at] = k[:, :, 0].to(self.k.dtype), v[:, :, 0].to(self.v.dtype)
+        self.pos[rows, at] = pos
+        self.length[rows] += 1
+        self.filled = int(self.length.max())
+
+    def fill(self, pos, k, v):
+        """The prompt's keys and values in one go (prefill): k, v (B, nh, L, hs) at positions pos (L,) or (B, L).
+        All L slots count as real; a routed layer's padded gather then `keep`s its real counts."""
+        L = k.size(2)
+        self.k[:, :, :L], self.v[:, :, :L], self.pos[:, :L] = k, v, pos
+        self.length = torch.full_like(self.length, L)
+        self.filled = L
+
+    def keep(self, counts):
+        """After a padded fill: only the first counts (B,) slots of each row are real tokens (a routed prefill)."""
+        self.length, self.filled = counts.clone(), int(counts.max())
+
+    def read(self, rows):
+        """k, v (n, nh, L, hs) of the sequences `rows` (None: all, of equal length) and a mask of their real slots
+        (n, 1, 1, L), None when every slot is real."""
+        if rows is None:
+            return self.k[:, :, :self.filled], self.v[:, :, :self.filled], None
+        L = int(self.length[rows].max())
+        valid = torch.arange(L, device=self.k.device) < self.length[rows].unsqueeze(1)    # (n, L)
+        return self.k[rows, :, :L], self.v[rows, :, :L], valid[:, None, None, :]
+
+
+def new_caches(model, B, device):
+    """One empty KVCache per layer for B sequences; a routed layer's holds its calibrated causal threshold."""
+    c = model.config
+    model.warn_if_uncalibrated()
+    dtype = model.lm_head.weight.dtype
+    return [KVCache(B, c.n_head, c.n_embd // c.n_head, c.block_size, device, dtype,
+                    layer.router.threshold() if kind == 'routed' else None)
+            for kind, layer in zip(layer_kinds(c), model.transformer.h)]
+
+
+@torch.no_grad()
+def prefill(model, idx, caches):
+    """The prompt idx (B, T) in one causal pass that fills every layer's cache (caches: new_caches); logits (B, V)
+    of the token after it. Equals decoding the prompt token by token, in one pass instead of T."""
+    x = model.transformer.wte(idx)                                      # (B, T, C)
+    pos = torch.arange(idx.size(1), device=idx.device)
+    for layer, cache in zip(model.transformer.h, caches):
+        x = layer.prefill(x, pos, cache)
+    return model.lm_head(model.transformer.ln_f(x[:, -1]))
+
+
+@torch.no_grad()
+def decode_next(model, idx, pos, caches):
+    """Logits (B, V) of the token after idx (B,) at position pos (an int), every layer run once for that token with
+    its KV cache. Equals the causal forward's logits at pos."""
+    x = model.transformer.wte(idx).unsqueeze(1)                         # (B, 1, C)
+    p = torch.full((idx.size(0),), pos, dtype=torch.long, device=idx.device)
+    for layer, cache in zip(model.transformer.h, caches):
+        x = layer.decode(x, p, cache)
+    return model.lm_head(model.transformer.ln_f(x))[:, 0]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# 10. The model zoo: `python xmod.py`
 
 def zoo(dense=None):
     """The default small config of each family, the sparse ones FLOP-matched to the dense one: the models that

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from xmod import GPT, GPTConfig, RoutedBlock  # noqa: E402
+from xmod import GPT, GPTConfig, RoutedBlock, decode_next, new_caches, prefill  # noqa: E402
 
 torch.set_num_threads(1)
 V = 48
@@ -35,9 +35,9 @@ def test_cached_decode_equals_the_causal_forward(model, B):
     idx = prompts(3, 32)[:B]
     _, _, aux = m(idx, idx, routing='causal', return_aux=True)
     full, _ = m(idx, idx, routing='causal')                              # (B, T, V)
-    caches = m.new_caches(B, idx.device)
+    caches = new_caches(m, B, idx.device)
     with torch.no_grad():
-        step = torch.stack([m.decode(idx[:, t], t, caches) for t in range(32)], dim=1)
+        step = torch.stack([decode_next(m, idx[:, t], t, caches) for t in range(32)], dim=1)
     assert (step - full).abs().max().item() < 1e-4
     # a routed layer's cache holds exactly the tokens the causal forward selected there, at their positions
     for layer, cache, a in zip(m.transformer.h, caches, aux['layers']):
@@ -70,15 +70,15 @@ def test_greedy_generation_is_the_same_with_and_without_the_cache(model):
 @pytest.mark.parametrize('B', [3, 1])
 @pytest.mark.parametrize('model', ['dense', 'mod', 'xmod', 'moe'])
 def test_prefill_equals_decoding_the_prompt_token_by_token(model, B):
-    """GPT.prefill runs the prompt in one causal pass: the same next-token logits as the causal forward, and every
+    """prefill runs the prompt in one causal pass: the same next-token logits as the causal forward, and every
     layer's cache holds the same tokens at the same positions with the same keys and values as T decode steps."""
     m = calibrated(model)
     idx = prompts(3, 20)[:B]
-    one, steps = m.new_caches(B, idx.device), m.new_caches(B, idx.device)
+    one, steps = new_caches(m, B, idx.device), new_caches(m, B, idx.device)
     with torch.no_grad():
-        logits = m.prefill(idx, one)
+        logits = prefill(m, idx, one)
         for t in range(20):
-            last = m.decode(idx[:, t], t, steps)
+            last = decode_next(m, idx[:, t], t, steps)
         full, _ = m(idx, routing='causal')
     assert (logits - full[:, -1]).abs().max().item() < 1e-4 and (logits - last).abs().max().item() < 1e-4
     for a, b in zip(one, steps):
@@ -103,9 +103,9 @@ def test_routed_layers_that_take_none_or_all_of_the_prompt(B):
         routed[0].router.thr_sum.fill_(1e9)                                # nothing passes
         routed[1].router.thr_sum.fill_(-1e9)                               # everything passes
     idx = prompts(3, 12, seed=4)[:B]
-    caches = m.new_caches(B, idx.device)
+    caches = new_caches(m, B, idx.device)
     with torch.no_grad():
-        m.prefill(idx, caches)
+        prefill(m, idx, caches)
     first, second = (caches[list(m.transformer.h).index(layer)] for layer in routed[:2])
     assert first.filled == 0 and first.length.tolist() == [0] * B
     assert second.filled == 12 and second.length.tolist() == [12] * B

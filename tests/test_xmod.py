@@ -3,6 +3,7 @@ gradients and targets, FLOP accounting, balancing, causal calibration, the MoE's
 import math
 import os
 import sys
+import warnings
 from dataclasses import replace
 
 import pytest
@@ -11,7 +12,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from xmod import (GPT, GPTConfig, MoE, RoutedBlock, capacity_k, expert_capacity, flops_per_token,  # noqa: E402
-                  layer_kinds, match_flops, route_topk)
+                  layer_kinds, match_flops, route_topk, routing_stats)
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 V = 48
@@ -60,7 +61,7 @@ def measured(m, x, y, routing='topk'):
     """logits, loss and everything the log would record of one forward: the unweighted losses (lm, router_bce, ...)
     and routing_stats."""
     logits, loss, aux = m(x, y, routing=routing, return_aux=True)
-    return logits, loss, {**aux['losses'], **m.routing_stats(aux['layers'], routing)}
+    return logits, loss, {**aux['losses'], **routing_stats(m, aux['layers'], routing)}
 
 
 def rel_err(a, b):
@@ -566,3 +567,26 @@ def test_router_zloss_is_the_mean_squared_score_and_off_by_default():
     assert routers and all(g is not None and g.abs().sum() > 0 for g in routers)
     with pytest.raises(ValueError, match='router_zloss'):
         tiny('xmod', router_zloss=-1.0)
+
+
+def test_causal_routing_warns_once_when_the_thresholds_were_never_calibrated():
+    """A loop that never calls GPT.calibrate gets causal thresholds of 0 (about half the tokens taken instead of c):
+    the first causal forward says so, once; a calibrated model, and top-k routing, say nothing."""
+    m = GPT(tiny('xmod', n_layer=4, stride=2))
+    x = torch.randint(0, 48, (2, 32))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        m(x, x)                                                    # top-k: no threshold involved
+        assert caught == []
+        m(x, routing='causal')
+        m(x, routing='causal')
+        m.generate(x[:, :4], 2)
+    assert [str(w.message).split(':')[0] for w in caught] == ['causal routing with thresholds that were never calibrated']
+    m = GPT(tiny('xmod', n_layer=4, stride=2))
+    _, _, aux = m(x, x, return_aux=True)
+    m.calibrate([aux['layers']])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        m(x, routing='causal')
+        m.generate(x[:, :4], 2)
+    assert caught == []
