@@ -42,7 +42,7 @@ from tqdm import tqdm
 
 import joint_law
 import report
-from configurator import UserError
+from configurator import UserError, run_main
 from runs import METRICS, WARNINGS, config_key, load_runs, mark_heldout, pair_heldout, pair_runs, warn
 
 # -----------------------------------------------------------------------------
@@ -624,15 +624,14 @@ def run(cfg):
     return result
 
 
+def fit(argv):
+    run(parse_args(argv))
+    return 0
+
+
 def main(argv=None):
-    if hasattr(sys.stdout, 'reconfigure'):
-        sys.stdout.reconfigure(line_buffering=True)  # a redirected log gets each line as it is printed
-    try:
-        return run(parse_args(argv))
-    except UserError as e:
-        print(f'fit_law.py: error: {e}', file=sys.stderr)
-        sys.exit(2)
+    return run_main('fit_law.py', fit, argv)
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())
