@@ -133,10 +133,12 @@ def find_config_file(name, config_dir):
 
 
 def configure(argv, defaults, doc='', source=None, config_dir=os.path.join(ROOT, 'config'), files=True,
-              positional=None):
+              positional=None, from_file=None):
     """argv -> (config namespace, set of keys given explicitly by a config file or the command line).
     -h/--help prints doc and every key with its default and the comment beside it in `source`, then exits 0.
-    A bare argument is a config file (files=True), or is appended to the list `positional` when one is given."""
+    A bare argument is a config file (files=True), or is appended to the list `positional` when one is given.
+    The set `from_file`, when given, gets the keys whose value a config file set (and no later --key=value)."""
+    from_file = set() if from_file is None else from_file
     cfg, explicit = dict(defaults), set()
     for arg in argv:
         if arg in ('-h', '--help'):
@@ -162,6 +164,7 @@ def configure(argv, defaults, doc='', source=None, config_dir=os.path.join(ROOT,
                     raise unknown_key(k, defaults, f"in config file {path}")
                 cfg[k] = coerce(v, defaults[k], f"{k} = {v!r} in {path}", cli=False)
                 explicit.add(k)
+                from_file.add(k)
         else:
             key, eq, value = arg[2:].partition('=')
             if key not in defaults:
@@ -172,6 +175,7 @@ def configure(argv, defaults, doc='', source=None, config_dir=os.path.join(ROOT,
                 value = 'True'                              # a bare --flag turns a bool on
             cfg[key] = coerce(value, defaults[key], arg, cli=True)
             explicit.add(key)
+            from_file.discard(key)
     return types.SimpleNamespace(**cfg), explicit
 
 

@@ -268,7 +268,8 @@ def eval_row(run, model, raw_model):
 def setup_run(argv):
     """Everything decided before anything is written: the config (resumed or new), processes, device, data, model
     shape and budget. Bad input raises UserError here, with nothing on disk touched."""
-    cfg, explicit = configure(argv, DEFAULTS, doc=__doc__, source=__file__)
+    from_file = set()
+    cfg, explicit = configure(argv, DEFAULTS, doc=__doc__, source=__file__, from_file=from_file)
     ddp = int(os.environ.get('RANK', -1)) != -1
     rank, local_rank, world_size = 0, 0, 1
     if ddp:
@@ -317,6 +318,8 @@ def setup_run(argv):
         if n < T + 1:
             raise UserError(f"block_size={T} is larger than the {split} split ({n} tokens in {folder}): "
                             f"lower --block_size")
+    if 'n_layer' in from_file and checkpoint is None and rank == 0:
+        explain_n_layer(cfg)
     mcfg = model_config(cfg, vocab_size)
     if checkpoint is not None and asdict(mcfg) != checkpoint['model_args']:
         diff = [f"{k}={checkpoint['model_args'].get(k)!r} (now {v!r})" for k, v in asdict(mcfg).items()
@@ -340,6 +343,14 @@ def setup_run(argv):
         mcfg=mcfg, tokens_per_iter=tokens_per_iter, fpt=fpt, n_iters=n_iters, schedule_iters=schedule_iters,
         starts=starts, log_path=os.path.join(cfg.out_dir, 'log.csv'), run_path=os.path.join(cfg.out_dir, 'run.json'),
         save_steps={int(x) for x in cfg.save_steps.split(',') if x.strip()})
+
+
+def explain_n_layer(cfg):
+    """A config file's n_layer, written for a dense model, means another thing to a FLOP-matched sparse run: say so."""
+    if cfg.model in ('mod', 'xmod') and cfg.match_flops and cfg.n_layer:
+        print(f"note: n_layer={cfg.n_layer} (from the config file) is the {cfg.model} model's own depth, FLOP-matched "
+              f"to a dense model of dense_layers={cfg.dense_layers} layers; to match a {cfg.n_layer}-layer dense "
+              f"model, run with --dense_layers={cfg.n_layer} --n_layer=0 (FLOP matching then picks the depth)")
 
 
 def build_model(run):

@@ -493,6 +493,27 @@ def test_the_nanogpt_config_keeps_a_sparse_model_sparse():
     assert train.model_config(cfg, 84).n_layer == 4 and train.model_config(cfg, 84).model == 'dense'
 
 
+def test_a_config_files_n_layer_is_explained_for_a_sparse_run(corpus, tmp_path, capsys):
+    """A dense config's n_layer = 6 under --model=xmod is the sparse model's own depth, FLOP-matched to the default
+    dense_layers = 4: one line says so and how to match a 6-layer dense model, and that advice does match it."""
+    dense6 = tmp_path / 'dense6.py'
+    dense6.write_text("n_layer = 6\n")
+    common = [f'--data_dir={corpus}', f'--out_dir={tmp_path / "out"}']
+    sparse = train.setup_run([str(dense6), '--model=xmod'] + common)
+    note = [line for line in capsys.readouterr().out.splitlines() if 'n_layer=6 (from the config file)' in line]
+    assert len(note) == 1 and 'dense_layers=4' in note[0] and '--dense_layers=6 --n_layer=0' in note[0], note
+    assert sparse.mcfg.n_layer == 6
+    advised = train.setup_run([str(dense6), '--model=xmod', '--dense_layers=6', '--n_layer=0'] + common)
+    dense = train.setup_run([str(dense6), '--model=dense'] + common)
+    assert dense.mcfg.n_layer == 6 and advised.mcfg.n_layer > 6 and abs(advised.fpt / dense.fpt - 1) <= 0.02
+    for args in (['--model=xmod', '--n_layer=6'], [str(dense6), '--model=mod', '--match_flops=False']):
+        train.setup_run(args + common)                    # n_layer from the command line; nothing FLOP-matched
+    assert 'from the config file' not in capsys.readouterr().out
+    seen = set()                                          # a later --n_layer takes the key back from the file
+    configurator.configure([str(dense6), '--n_layer=6'], train.DEFAULTS, from_file=seen)
+    assert seen == set()
+
+
 def test_stride_one_is_the_dense_model():
     cfg, _ = configurator.configure(['--model=xmod', '--stride=1'], train.DEFAULTS)
     mcfg = train.model_config(cfg, 84)
