@@ -41,7 +41,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import UserError, configure, defaults_of, pick_device, run_main
+from configurator import UserError, autocast, configure, defaults_of, pick_device, run_main
 from xmod import GPT, GPTConfig, flops_per_token, match_flops
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -69,6 +69,7 @@ peak_tflops = 0.0         # the device's peak for MFU (0 = auto: 989 for H100/H2
 # -----------------------------------------------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
 VOCAB = 84
+BENCH_DTYPES = ('float32', 'bfloat16')
 
 
 class NanoGPTRef(nn.Module):
@@ -104,19 +105,19 @@ def sync(dev):
         torch.cuda.synchronize()
 
 
-def calibrated(cfg, dev, x):
+def calibrated(gptconf, dev, x):
     """The model with its causal thresholds calibrated on one batch, so causal routing takes about c of it."""
     torch.manual_seed(0)
-    m = GPT(cfg).to(dev)
-    if cfg.model in ('mod', 'xmod'):
+    m = GPT(gptconf).to(dev)
+    if gptconf.model in ('mod', 'xmod'):
         m.calibrate([m(x, x, return_aux=True)[2]['layers']])
     return m
 
 
-def timer(phase, model, fwd, x, y, opt, ctx, dev, opt_cfg):
+def timer(phase, model, fwd, x, y, opt, ctx, dev, cfg):
     """A function that runs `steps` units of `phase` and returns (seconds, tokens)."""
     def train():
-        for _ in range(opt_cfg.steps):
+        for _ in range(cfg.steps):
             with ctx:
                 out = fwd(x, y, return_aux=True) if isinstance(model, GPT) else fwd(x, y)
             opt.zero_grad(set_to_none=True)
@@ -124,20 +125,20 @@ def timer(phase, model, fwd, x, y, opt, ctx, dev, opt_cfg):
             if isinstance(model, GPT):
                 model.calibrate([out[2]['layers']])
             opt.step()
-        return opt_cfg.steps * x.numel()
+        return cfg.steps * x.numel()
 
     def eval_causal():
         with torch.no_grad(), ctx:
-            for _ in range(opt_cfg.steps):
+            for _ in range(cfg.steps):
                 fwd(x, y, routing='causal')
-        return opt_cfg.steps * x.numel()
+        return cfg.steps * x.numel()
 
     def decode(B):
         def run():
-            p = x[:B, :opt_cfg.prompt] if x.size(0) >= B else x[:1, :opt_cfg.prompt].expand(B, -1).contiguous()
+            p = x[:B, :cfg.prompt] if x.size(0) >= B else x[:1, :cfg.prompt].expand(B, -1).contiguous()
             with ctx:
-                model.generate(p, opt_cfg.new_tokens, top_k=1)
-            return B * opt_cfg.new_tokens
+                model.generate(p, cfg.new_tokens, top_k=1)
+            return B * cfg.new_tokens
         return run
 
     fn = {'train': train, 'eval_causal': eval_causal, 'decode_b1': decode(1), 'decode_b8': decode(8)}[phase]
@@ -151,7 +152,7 @@ def timer(phase, model, fwd, x, y, opt, ctx, dev, opt_cfg):
     return measure
 
 
-def layer_timer(m, l, x, routing, opt_cfg, dev):
+def layer_timer(m, l, x, routing, cfg, dev):
     """One layer of model m alone, on the hidden states that reach it: forward and backward in top-k routing, the
     forward alone (no gradient) in causal routing. The routed computation without the rest of the model, where
     the naive and the fast path differ. Returns measure() -> (seconds, tokens)."""
@@ -166,7 +167,7 @@ def layer_timer(m, l, x, routing, opt_cfg, dev):
     def measure():
         sync(dev)
         t0 = time.perf_counter()
-        for _ in range(opt_cfg.steps):
+        for _ in range(cfg.steps):
             if routing == 'topk':
                 layer.zero_grad(set_to_none=True)
                 h.grad = None
@@ -175,7 +176,7 @@ def layer_timer(m, l, x, routing, opt_cfg, dev):
                 with torch.no_grad():
                     layer(h, pos, routing)
         sync(dev)
-        return time.perf_counter() - t0, opt_cfg.steps * x.numel()
+        return time.perf_counter() - t0, cfg.steps * x.numel()
     return measure
 
 
@@ -214,7 +215,7 @@ CPU_SETTINGS = {'libgomp default': {'GOMP_SPINCOUNT': '300000'},
 BUSY = 'import torch\ntorch.set_num_threads(1)\na = torch.randn(512, 512)\nwhile True:\n    a @ a\n'
 
 
-def contention_table(opt_cfg, T):
+def contention_table(cfg, T):
     """The train phase of dense and X-MoD at context T, in a child process per CPU setting, alone and then beside
     one busy process (a 1-thread matmul loop, like a second training run on the cores)."""
     rows = []
@@ -229,8 +230,8 @@ def contention_table(opt_cfg, T):
                     child = {k: v for k, v in os.environ.items() if k not in ('OMP_WAIT_POLICY', 'GOMP_SPINCOUNT',
                                                                              'OMP_NUM_THREADS')}
                     subprocess.run([sys.executable, os.path.abspath(__file__), '--phases=train', f'--contexts={T}',
-                                    '--extras=False', f'--steps={opt_cfg.steps}', f'--rounds={opt_cfg.rounds}',
-                                    f'--n_embd={opt_cfg.n_embd}', f'--n_head={opt_cfg.n_head}', f'--json={out}'],
+                                    '--extras=False', f'--steps={cfg.steps}', f'--rounds={cfg.rounds}',
+                                    f'--n_embd={cfg.n_embd}', f'--n_head={cfg.n_head}', f'--json={out}'],
                                    env=dict(child, **env), check=True, stdout=subprocess.DEVNULL)
                     for r in jsonlib.load(open(out)):
                         got[(r['model'], neighbour)] = r['tokens_per_s']
@@ -252,11 +253,11 @@ def contention_table(opt_cfg, T):
     return rows
 
 
-def model_flops(rows, out, opt_cfg, dev):
+def model_flops(rows, out, cfg, dev):
     """Model FLOP/s of the train and eval rows (train: 3 x forward FLOPs per token, as train.py counts; eval: 1 x),
     and MFU against the device's peak (--peak_tflops; on an H100/H200 in bf16, 989 TFLOP/s dense)."""
-    peak = opt_cfg.peak_tflops
-    if not peak and dev.startswith('cuda') and opt_cfg.dtype == 'bfloat16':
+    peak = cfg.peak_tflops
+    if not peak and dev.startswith('cuda') and cfg.dtype == 'bfloat16':
         name = torch.cuda.get_device_name(dev)
         peak = 989.0 if ('H100' in name or 'H200' in name) else 0.0
     lines = []
@@ -280,82 +281,79 @@ def bench(argv):
     if '--json' in argv[:-1]:                            # `--json PATH` as well as `--json=PATH`
         i = argv.index('--json')
         argv[i:i + 2] = [f'--json={argv[i + 1]}']
-    opt_cfg, _ = configure(argv, DEFAULTS, doc=__doc__, source=__file__, files=False)
+    cfg, _ = configure(argv, DEFAULTS, doc=__doc__, source=__file__, files=False)
     for k in ('tokens_per_step', 'n_embd', 'n_head', 'dense_layers', 'stride', 'steps', 'rounds', 'new_tokens',
               'prompt'):
-        if getattr(opt_cfg, k) < 1:
-            raise UserError(f"--{k}={getattr(opt_cfg, k)}: expected an integer >= 1")
+        if getattr(cfg, k) < 1:
+            raise UserError(f"--{k}={getattr(cfg, k)}: expected an integer >= 1")
     try:
-        Ts = [int(t) for t in opt_cfg.contexts.split(',')]
+        Ts = [int(t) for t in cfg.contexts.split(',')]
     except ValueError:
-        raise UserError(f"--contexts={opt_cfg.contexts!r}: expected comma-separated integers") from None
-    wanted = opt_cfg.phases.split(',')
+        raise UserError(f"--contexts={cfg.contexts!r}: expected comma-separated integers") from None
+    wanted = cfg.phases.split(',')
     bad = [p for p in wanted if p not in ('train', 'eval_causal', 'decode_b1', 'decode_b8')]
     if bad:
         raise UserError(f"--phases: unknown {', '.join(bad)} (train | eval_causal | decode_b1 | decode_b8)")
-    if opt_cfg.dtype not in ('float32', 'bfloat16'):
-        raise UserError(f"--dtype={opt_cfg.dtype!r}: expected float32 | bfloat16")
-    dev = pick_device(opt_cfg.device)
-    if opt_cfg.compile:   # causal routing's k_max, read from the data, stays in the graph (xmod.py, RoutedBlock)
+    dev = pick_device(cfg.device)
+    if cfg.compile:   # causal routing's k_max, read from the data, stays in the graph (xmod.py, RoutedBlock)
         torch._dynamo.config.capture_scalar_outputs = True
         torch._dynamo.config.recompile_limit = 64   # every row's model is a new compile of the same GPT.forward
-    ctx = (torch.autocast(dev.split(':')[0], dtype=torch.bfloat16) if opt_cfg.dtype == 'bfloat16' else
-           torch.autocast(dev.split(':')[0], enabled=False))
-    if opt_cfg.contention:
-        rows = contention_table(opt_cfg, Ts[0])
-        if opt_cfg.json:
-            with open(opt_cfg.json, 'w') as f:
+    _, ctx = autocast(cfg.dtype, dev.split(':')[0], choices=BENCH_DTYPES)
+    if cfg.contention:
+        rows = contention_table(cfg, Ts[0])
+        if cfg.json:
+            with open(cfg.json, 'w') as f:
                 jsonlib.dump(rows, f, indent=1)
         return 0
 
     rows = []                     # dicts: model, stride, impl, T, phase, measure, ref
     for T in Ts:
-        B = opt_cfg.batch_size or max(1, opt_cfg.tokens_per_step // T)
+        B = cfg.batch_size or max(1, cfg.tokens_per_step // T)
         g = torch.Generator().manual_seed(0)
         x = torch.randint(0, VOCAB, (B, T), generator=g).to(dev)
         y = torch.randint(0, VOCAB, (B, T), generator=g).to(dev)
         try:
-            dense = GPTConfig(n_layer=opt_cfg.dense_layers, n_embd=opt_cfg.n_embd, n_head=opt_cfg.n_head,
+            dense = GPTConfig(n_layer=cfg.dense_layers, n_embd=cfg.n_embd, n_head=cfg.n_head,
                               block_size=T, vocab_size=VOCAB)
-            sparse = match_flops(dense, 'xmod', stride=opt_cfg.stride, capacity=opt_cfg.capacity)
+            sparse = match_flops(dense, 'xmod', stride=cfg.stride, capacity=cfg.capacity)
         except ValueError as e:
             raise UserError(str(e)) from None
         same_depth = replace(dense, n_layer=sparse.n_layer)
         models = {'dense': dense, 'xmod': sparse, 'same_depth': same_depth}
         for phase in wanted:
             decode = phase.startswith('decode')
-            if decode and T < opt_cfg.prompt + opt_cfg.new_tokens:
+            if decode and T < cfg.prompt + cfg.new_tokens:
                 continue                                   # the window would slide: not what decode measures
-            for name, cfg in models.items():
+            for name, gptconf in models.items():
                 if name == 'same_depth' and not decode:
                     continue
-                for impl in ['eager'] + (['compiled'] if opt_cfg.compile and not decode else []):
-                    m = calibrated(cfg, dev, x)
+                for impl in ['eager'] + (['compiled'] if cfg.compile and not decode else []):
+                    m = calibrated(gptconf, dev, x)
                     if decode:
                         m.eval()
                     fwd = torch.compile(m, fullgraph=True) if impl == 'compiled' else m
                     opt = optimizer(m, dev) if phase == 'train' else None
-                    rows.append(dict(model=name, stride=cfg.stride if name == 'xmod' else None, impl=impl, T=T,
-                                     phase=phase, ref=('dense', impl), fpt=flops_per_token(cfg, T, B),
-                                     measure=timer(phase, m, fwd, x, y, opt, ctx, dev, opt_cfg),
+                    rows.append(dict(model=name, stride=gptconf.stride if name == 'xmod' else None, impl=impl, T=T,
+                                     phase=phase, ref=('dense', impl), fpt=flops_per_token(gptconf, T, B),
+                                     measure=timer(phase, m, fwd, x, y, opt, ctx, dev, cfg),
                                      mem=saved_bytes(m, x, y) if phase == 'train' and impl == 'eager' else None))
-        if opt_cfg.extras and 'train' in wanted and T == Ts[0]:
+        if cfg.extras and 'train' in wanted and T == Ts[0]:
             moe = replace(dense, model='moe')
             for impl in ('fast', 'naive'):
                 m = calibrated(replace(moe, impl=impl), dev, x)
                 rows.append(dict(model='moe', stride=None, impl=impl, T=T, phase='train', ref=('moe', 'naive'),
                                  measure=timer('train', m, m, x, y, optimizer(m, dev), ctx, dev,
-                                               opt_cfg), mem=None))
+                                               cfg), mem=None))
             # the routed computation alone: X-MoD's first routed layer (both routings) and the MoE's first layer
-            for name, cfg, l, routings in (('xmod', sparse, 1, ('topk', 'causal')), ('moe', moe, 0, ('topk',))):
+            for name, gptconf, l, routings in (('xmod', sparse, 1, ('topk', 'causal')), ('moe', moe, 0, ('topk',))):
                 for routing in routings:
                     for impl in ('fast', 'naive'):
-                        m = calibrated(replace(cfg, impl=impl), dev, x)
+                        m = calibrated(replace(gptconf, impl=impl), dev, x)
                         phase = 'layer_train' if routing == 'topk' else 'layer_causal'
-                        rows.append(dict(model=name, stride=cfg.stride if name == 'xmod' else None, impl=impl, T=T,
+                        rows.append(dict(model=name, stride=gptconf.stride if name == 'xmod' else None, impl=impl, T=T,
                                          phase=phase, ref=(name, 'naive'), mem=None,
-                                         measure=layer_timer(m, l, x, routing, opt_cfg, dev)))
-    if opt_cfg.extras and 'train' in wanted:             # nanoGPT's CPU recipe shape: 4 x 128, batch 12 x 64
+                                         measure=layer_timer(m, l, x, routing, cfg, dev)))
+    if cfg.extras and 'train' in wanted:             # nanoGPT's CPU recipe shape: 4 x 128, batch 12 x 64
         g = torch.Generator().manual_seed(1)
         xr, yr = (torch.randint(0, VOCAB, (12, 64), generator=g).to(dev) for _ in range(2))
         ours = calibrated(GPTConfig(n_layer=4, n_embd=128, n_head=4, block_size=64, vocab_size=VOCAB), dev, xr)
@@ -364,20 +362,20 @@ def bench(argv):
         for name, m in (('dense_4x128', ours), ('nanogpt_ref', ref)):
             rows.append(dict(model=name, stride=None, impl='eager', T=64, phase='train', ref=('nanogpt_ref', 'eager'),
                              measure=timer('train', m, m, xr, yr, optimizer(m, dev), ctx, dev,
-                                           opt_cfg), mem=None))
+                                           cfg), mem=None))
 
     for r in rows:                                       # warm-up (and compile) once, then interleaved rounds
         r['measure']()
         r['times'] = []
-    for _ in range(opt_cfg.rounds):
+    for _ in range(cfg.rounds):
         for r in rows:
             seconds, tokens = r['measure']()
             r['times'].append(tokens / seconds)
     for r in rows:
         r['tokens_per_s'] = statistics.median(r['times'])
     out = []
-    print(f"device {dev} {opt_cfg.dtype}, {torch.get_num_threads()} threads, n_embd {opt_cfg.n_embd}, xmod stride "
-          f"{opt_cfg.stride} FLOP-matched to {opt_cfg.dense_layers} dense layers; median of {opt_cfg.rounds} rounds")
+    print(f"device {dev} {cfg.dtype}, {torch.get_num_threads()} threads, n_embd {cfg.n_embd}, xmod stride "
+          f"{cfg.stride} FLOP-matched to {cfg.dense_layers} dense layers; median of {cfg.rounds} rounds")
     print("| model | impl | T | phase | tokens/s | ratio | against | vs same-depth dense | mem MB |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
@@ -399,17 +397,17 @@ def bench(argv):
         print(f"| {row['model']}{'' if row['stride'] is None else ' s%d' % row['stride']} | {row['impl']} | "
               f"{row['T']} | {row['phase']} | {row['tokens_per_s']:,.0f} | {fmt(vs)} | {row['against']} | "
               f"{fmt(vs_same)} | {row.get('mem_MB', '-')} |")
-    model_flops(rows, out, opt_cfg, dev)
-    if opt_cfg.profile:                                  # where the time goes, row by row
+    model_flops(rows, out, cfg, dev)
+    if cfg.profile:                                  # where the time goes, row by row
         for r, row in zip(rows, out):
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
                 r['measure']()
-            print(f"\nprofile: {row['model']} {row['impl']} T={row['T']} {row['phase']} ({opt_cfg.steps} steps)")
+            print(f"\nprofile: {row['model']} {row['impl']} T={row['T']} {row['phase']} ({cfg.steps} steps)")
             print(prof.key_averages().table(sort_by='self_cpu_time_total', row_limit=12))
-    if opt_cfg.json:
-        with open(opt_cfg.json, 'w') as f:
+    if cfg.json:
+        with open(cfg.json, 'w') as f:
             jsonlib.dump(out, f, indent=1)
-        print(f"wrote {opt_cfg.json}")
+        print(f"wrote {cfg.json}")
     return 0
 
 

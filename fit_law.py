@@ -42,7 +42,7 @@ from tqdm import tqdm
 
 import joint_law
 import report
-from harness import UserError
+from configurator import UserError, run_main
 from runs import METRICS, WARNINGS, config_key, load_runs, mark_heldout, pair_heldout, pair_runs, warn
 
 # -----------------------------------------------------------------------------
@@ -588,51 +588,50 @@ def parse_args(argv):
     p.add_argument('--seed', type=int, default=seed, help='bootstrap seed')
     p.add_argument('--skip_joint', action='store_true', help='leave out the joint law (joint_law.py; its form '
                    'selection refits it tens of times: minutes on a large sweep)')
-    args = p.parse_args(argv)
-    if args.bootstrap < 0:
+    cfg = p.parse_args(argv)
+    if cfg.bootstrap < 0:
         p.error('--bootstrap must be >= 0')
-    return args
+    return cfg
 
 
-def run(args):
+def run(cfg):
     WARNINGS.clear()
-    runs = load_runs(args.runs)
+    runs = load_runs(cfg.runs)
     pair_runs(runs)
-    mark_heldout(args.holdout, runs)
-    check_fittable(runs, args.runs)
+    mark_heldout(cfg.holdout, runs)
+    check_fittable(runs, cfg.runs)
     torch.set_num_threads(1)  # tiny problems: threads cost more than they give
     by_metric, pairs_by_metric, dense_cache = {}, {}, {}
-    for m in (args.metric, *[x for x in METRICS if x != args.metric]):
-        by_metric[m], pairs_by_metric[m] = fit_metric(runs, m, args.bootstrap, args.seed, dense_cache,
-                                                      joint=not args.skip_joint)
+    for m in (cfg.metric, *[x for x in METRICS if x != cfg.metric]):
+        by_metric[m], pairs_by_metric[m] = fit_metric(runs, m, cfg.bootstrap, cfg.seed, dense_cache,
+                                                      joint=not cfg.skip_joint)
     variants = dict(sorted(Counter(r['variant'] for r in runs).items(), key=lambda kv: (report.rank(kv[0]), kv[0])))
-    holdout = ' or '.join(args.holdout) if args.holdout else None  # a run matching one filter or another is held out
-    result = dict(metric=args.metric,
+    holdout = ' or '.join(cfg.holdout) if cfg.holdout else None  # a run matching one filter or another is held out
+    result = dict(metric=cfg.metric,
                   inputs=dict(n_runs=len(runs), variants=variants, holdout=holdout,
-                              n_heldout=sum(r['heldout'] for r in runs), bootstrap=args.bootstrap, seed=args.seed),
-                  warnings=list(WARNINGS), **by_metric[args.metric], by_metric=by_metric,
+                              n_heldout=sum(r['heldout'] for r in runs), bootstrap=cfg.bootstrap, seed=cfg.seed),
+                  warnings=list(WARNINGS), **by_metric[cfg.metric], by_metric=by_metric,
                   delta_vs_tokens=report.delta_vs_tokens(runs),
                   fixes=report.paired_fixes(runs), runs=[run_row(r) for r in runs])
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, 'fit.json'), 'w') as f:
+    os.makedirs(cfg.out, exist_ok=True)
+    with open(os.path.join(cfg.out, 'fit.json'), 'w') as f:
         json.dump(to_json(result), f, indent=1)
-    with open(os.path.join(args.out, 'summary.md'), 'w') as f:
+    with open(os.path.join(cfg.out, 'summary.md'), 'w') as f:
         f.write(report.summary_md(result, runs))
-    n_plots = len(report.make_plots(args.out, runs, pairs_by_metric[args.metric], by_metric[args.metric],
-                                    args.metric, fitted_law(by_metric[args.metric]), result['delta_vs_tokens']))
-    report.print_summary(result, args.out, n_plots)
+    n_plots = len(report.make_plots(cfg.out, runs, pairs_by_metric[cfg.metric], by_metric[cfg.metric],
+                                    cfg.metric, fitted_law(by_metric[cfg.metric]), result['delta_vs_tokens']))
+    report.print_summary(result, cfg.out, n_plots)
     return result
 
 
+def fit(argv):
+    run(parse_args(argv))
+    return 0
+
+
 def main(argv=None):
-    if hasattr(sys.stdout, 'reconfigure'):
-        sys.stdout.reconfigure(line_buffering=True)  # a redirected log gets each line as it is printed
-    try:
-        return run(parse_args(argv))
-    except UserError as e:
-        print(f'fit_law.py: error: {e}', file=sys.stderr)
-        sys.exit(2)
+    return run_main('fit_law.py', fit, argv)
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

@@ -20,7 +20,7 @@ from collections import defaultdict
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import UserError  # noqa: E402
+from configurator import UserError  # noqa: E402
 from runs import METRICS, load_runs  # noqa: E402
 
 
@@ -135,22 +135,22 @@ def main(argv=None):
     p.add_argument('runs', nargs='+', help='run folders or globs (each holding run.json and log.csv)')
     p.add_argument('--out', required=True, help='folder for lr.json, lr.md and lr_vs_loss.png')
     p.add_argument('--metric', default='val_loss_causal', choices=METRICS)
-    args = p.parse_args(argv)
+    cfg = p.parse_args(argv)
     try:
-        runs = load_runs(args.runs)
+        runs = load_runs(cfg.runs)
     except UserError as e:
         print(f'lr_sweep.py: error: {e}', file=sys.stderr)
         return 2
-    result = analyse(runs, args.metric)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, 'lr.json'), 'w') as f:
+    result = analyse(runs, cfg.metric)
+    os.makedirs(cfg.out, exist_ok=True)
+    with open(os.path.join(cfg.out, 'lr.json'), 'w') as f:
         json.dump(result, f, indent=1, default=str)
     md = to_markdown(result)
-    with open(os.path.join(args.out, 'lr.md'), 'w') as f:
+    with open(os.path.join(cfg.out, 'lr.md'), 'w') as f:
         f.write(md)
-    plot(result, os.path.join(args.out, 'lr_vs_loss.png'))
+    plot(result, os.path.join(cfg.out, 'lr_vs_loss.png'))
     print(md)
-    print(f"wrote {args.out}/lr.json, lr.md, lr_vs_loss.png")
+    print(f"wrote {cfg.out}/lr.json, lr.md, lr_vs_loss.png")
     return 0
 
 

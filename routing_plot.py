@@ -41,9 +41,9 @@ def routed_depth(model, ids):
     return dict(ids=idx[0].tolist(), layers=layers, mask=mask, depth=mask.sum(0))
 
 
-def describe(routing, capacity):
+def describe(selection, capacity):
     """A few lines about the drawn depth: its spread against c*R (what balancing aims at) and each layer's rate."""
-    depth, mask, layers = routing['depth'], routing['mask'], routing['layers']
+    depth, mask, layers = selection['depth'], selection['mask'], selection['layers']
     R, T = mask.shape
     counts = np.bincount(depth, minlength=R + 1)
     return '\n'.join([
@@ -80,13 +80,13 @@ def text_cells(pieces, depth, width):
     return grid, [(r, c, ch) for r, c, ch, _ in cells]
 
 
-def draw_routing(path, routing, pieces, title, width=100, dpi=100):
-    """routing: routed_depth's dict; pieces: each drawn token's text (decoded alone). Writes a PNG at path."""
+def draw_routing(path, selection, pieces, title, width=100, dpi=100):
+    """selection: routed_depth's dict (which routed layer took which token); pieces: each drawn token's text (decoded alone). Writes a PNG at path."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
 
-    depth, mask, layers = routing['depth'], routing['mask'], routing['layers']
+    depth, mask, layers = selection['depth'], selection['mask'], selection['layers']
     R, T = mask.shape
     # one colour per depth 0..top, depth 0 the palest. Balancing keeps depths near c*R, far below R: a scale up to
     # R would leave everything pale, so it stops at the deepest token drawn (at least 2)
@@ -184,7 +184,7 @@ def collapsed_pairs(overlap, routing='causal', above=0.5):
 
 def load_run_model(run_dir):
     """The GPT of a run folder's ckpt.pt and the fixed validation windows its run evaluated on (its eval_tokens)."""
-    from harness import clean_state_dict, load_checkpoint
+    from run_folder import clean_state_dict, load_checkpoint
     from xmod import GPT, GPTConfig
     import train
     ckpt = load_checkpoint(os.path.join(run_dir, 'ckpt.pt'))
@@ -233,8 +233,8 @@ def overlap_main(argv=None):
                                            'passed over')
     p.add_argument('--out', required=True, help='folder for overlap.json and overlap.png')
     p.add_argument('--above', type=float, default=0.5, help='a pair overlapping more than this is called collapsed')
-    args = p.parse_args(argv)
-    dirs = sorted({d for pat in args.runs for d in (glob.glob(pat) or [pat])
+    cfg = p.parse_args(argv)
+    dirs = sorted({d for pat in cfg.runs for d in (glob.glob(pat) or [pat])
                    if os.path.isfile(os.path.join(d, 'ckpt.pt'))})
     results = {}
     for d in dirs:
@@ -247,20 +247,20 @@ def overlap_main(argv=None):
         results[name] = ov
         at = {l: i for i, l in enumerate(ov['layers'])}
         pairs = [f"{a}-{b} {j:.2f} (router cosine {ov['router_cosine'][at[a], at[b]]:.2f})"
-                 for a, b, j in collapsed_pairs(ov, 'causal', args.above)]
+                 for a, b, j in collapsed_pairs(ov, 'causal', cfg.above)]
         print(f"{name}: causal rates {', '.join(f'{r:.3f}' for r in ov['rate_causal'])}; pairs with causal "
-              f"Jaccard > {args.above}: {', '.join(pairs) or 'none'}")
+              f"Jaccard > {cfg.above}: {', '.join(pairs) or 'none'}")
     if not results:
         print('routing_plot.py: error: no run folder with a ckpt.pt of a model with routed layers', file=sys.stderr)
         return 2
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, 'overlap.json'), 'w') as f:
+    os.makedirs(cfg.out, exist_ok=True)
+    with open(os.path.join(cfg.out, 'overlap.json'), 'w') as f:
         json.dump({n: {k: np.asarray(v).tolist() for k, v in ov.items()} |
-                   {'collapsed_causal': collapsed_pairs(ov, 'causal', args.above),
-                    'collapsed_topk': collapsed_pairs(ov, 'topk', args.above)} for n, ov in results.items()},
+                   {'collapsed_causal': collapsed_pairs(ov, 'causal', cfg.above),
+                    'collapsed_topk': collapsed_pairs(ov, 'topk', cfg.above)} for n, ov in results.items()},
                   f, indent=1)
-    draw_overlap(os.path.join(args.out, 'overlap.png'), results)
-    print(f"wrote {args.out}/overlap.json, overlap.png")
+    draw_overlap(os.path.join(cfg.out, 'overlap.png'), results)
+    print(f"wrote {cfg.out}/overlap.json, overlap.png")
     return 0
 
 

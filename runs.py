@@ -2,7 +2,7 @@
 runs.py: a sweep's finished runs as fit_law.py needs them: run.json and log.csv read and checked against train.py's
 contract, duplicates refused, sparse runs paired with FLOP-matched dense partners, --holdout filters applied. A run's
 model is what xmod.GPTConfig makes of it (family defaults, layout), so no rule of the model is restated here. Bad
-input raises harness.UserError (one line, exit 2); the list: README, "Fitting the law: inputs fit_law.py accepts".
+input raises configurator.UserError (one line, exit 2); the list: README, "Fitting the law: inputs fit_law.py accepts".
 """
 
 import csv
@@ -19,7 +19,8 @@ import sys
 import numpy as np
 
 import xmod
-from harness import LOG_COLUMNS, UserError
+from configurator import UserError
+from run_folder import LOG_COLUMNS
 
 METRICS = ('val_loss_causal', 'val_loss')
 REQUIRED_TOP = ('config', 'params_total', 'params_active', 'flops_per_token', 'tokens_per_iter', 'seed', 'finished')
@@ -67,7 +68,7 @@ def find_run_dirs(patterns):
     return list(unique.values())
 
 
-def read_log(path):
+def load_log(path):
     """log.csv -> {column: np.array} for the columns we use, after checking the contract."""
     try:
         with open(path, newline='') as f:
@@ -193,7 +194,7 @@ def load_run(d):
     lpath = os.path.join(d, 'log.csv')
     if not os.path.exists(lpath):
         raise UserError(f'{lpath}: missing (the run says it finished)')
-    log = read_log(lpath)
+    log = load_log(lpath)
     last = {c: log[c][-1] for c in USED_COLUMNS}
     check_final(meta, last, jpath, lpath)
     if abs(last['flops'] - 3 * fpt * last['tokens']) > 0.01 * last['flops']:

@@ -12,12 +12,12 @@ unreadable checkpoint, a prompt the tokenizer cannot encode), with a one-line me
 """
 import os
 import sys
-from contextlib import nullcontext
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import UserError, clean_state_dict, configure, defaults_of, load_checkpoint, one_line, pick_device, run_main
+from configurator import UserError, autocast, configure, defaults_of, one_line, pick_device, run_main
+from run_folder import clean_state_dict, load_checkpoint
 from xmod import GPT, GPTConfig, layer_kinds, layout_string
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -72,11 +72,7 @@ def sample(argv):
     if not ids:
         raise UserError("--start is empty: give at least one token of prompt (the default is a newline)")
 
-    if cfg.dtype not in ('', 'float32', 'bfloat16', 'float16'):
-        raise UserError(f"--dtype={cfg.dtype!r}: expected '' (auto) | float32 | bfloat16 | float16")
-    dtype = cfg.dtype or ('bfloat16' if device_type == 'cuda' and torch.cuda.is_bf16_supported() else 'float32')
-    ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type=device_type,
-                                                                   dtype=getattr(torch, dtype))
+    _, ctx = autocast(cfg.dtype, device_type, cuda_fallback='float32')
     torch.manual_seed(cfg.seed)
     x = torch.tensor(ids, dtype=torch.long, device=dev)[None, :]
     first = ids                           # the text the routing picture shows: the first sample, else the prompt
@@ -90,19 +86,19 @@ def sample(argv):
             print(decode(text_ids))
             print('---------------')
         if cfg.show_routing:
-            show_routing(model, first, decode, cfg.out_dir)
+            write_routing_png(model, first, decode, cfg.out_dir)
     return 0
 
 
-def show_routing(model, ids, decode, out_dir):
+def write_routing_png(model, ids, decode, out_dir):
     """out_dir/routing.png of the first block_size tokens of ids (routing_plot.py), and its depth statistics."""
     from routing_plot import describe, draw_routing, routed_depth, routing_title
-    routing = routed_depth(model, ids)
-    pieces = [decode([i]) for i in routing['ids']]       # each token's own text
-    title = routing_title(os.path.join(out_dir, 'ckpt.pt'), len(routing['ids']), len(ids), model.config.block_size,
-                          model.config.capacity, routing['depth'])
-    path = draw_routing(os.path.join(out_dir, 'routing.png'), routing, pieces, title)
-    print(describe(routing, model.config.capacity))
+    selection = routed_depth(model, ids)
+    pieces = [decode([i]) for i in selection['ids']]     # each token's own text
+    title = routing_title(os.path.join(out_dir, 'ckpt.pt'), len(selection['ids']), len(ids),
+                          model.config.block_size, model.config.capacity, selection['depth'])
+    path = draw_routing(os.path.join(out_dir, 'routing.png'), selection, pieces, title)
+    print(describe(selection, model.config.capacity))
     print(f"wrote {path}")
 
 

@@ -13,7 +13,7 @@ A sweep file defines `name` (the results folder: results/<name>/runs/<run>), `jo
 (train.py overrides shared by all runs) and `runs` (a list of dicts: a 'name' plus train.py overrides). A run with
 its own init_from=PATH/ckpt_S.pt is a branch of a kept step of another run (train.py, WSD budgets).
 On a CPU, `jobs` runs share the cores one thread each (OMP_NUM_THREADS = cores // jobs): two 1-thread runs get
-1.3-1.7x the throughput of one 2-thread run on a 2-core machine, and never more threads than cores.
+more done than one 2-thread run on a 2-core machine (README, Speed), and never more threads than cores.
 """
 import os
 import runpy
@@ -26,7 +26,8 @@ from tqdm import tqdm
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import UserError, configure, defaults_of, run_main, run_state  # noqa: E402
+from configurator import UserError, configure, defaults_of, run_main  # noqa: E402
+from run_folder import run_state  # noqa: E402
 
 # -----------------------------------------------------------------------------------------------------------------
 jobs = 0              # runs at a time (0 = the sweep file's `jobs`)
@@ -60,26 +61,25 @@ def command(run, common, out_dir):
 
 def sweep(argv):
     paths = []
-    opts, _ = configure(argv, DEFAULTS, doc=__doc__, source=__file__, positional=paths)
+    cfg, _ = configure(argv, DEFAULTS, doc=__doc__, source=__file__, positional=paths)
     if len(paths) != 1 or not os.path.isfile(paths[0]):
         raise UserError(f"expected one sweep file (got {' '.join(paths) or 'none'}); usage: python sweep.py "
                         f"sweeps/NAME.py [--jobs=N] [--dry_run] [--only=SUBSTR] [--out=DIR]")
-    opts = vars(opts)
     spec = load_sweep(paths[0])
-    jobs = opts['jobs'] or spec.get('jobs', 1)
-    root = os.path.abspath(opts['out']) if opts['out'] else os.path.join(HERE, 'results', spec['name'], 'runs')
-    runs = [r for r in spec['runs'] if opts['only'] in r['name']]
+    jobs = cfg.jobs or spec.get('jobs', 1)
+    root = os.path.abspath(cfg.out) if cfg.out else os.path.join(HERE, 'results', spec['name'], 'runs')
+    runs = [r for r in spec['runs'] if cfg.only in r['name']]
     todo = []
     for r in runs:
         out_dir = os.path.join(root, r['name'])
         state = run_state(out_dir)
-        if opts['dry_run']:
+        if cfg.dry_run:
             print(f"{state:9s} {r['name']:32s} {' '.join(command(r, spec.get('common', {}), out_dir)[2:-2])}")
         if state != 'finished':
             todo.append((r, out_dir))
     print(f"sweep {spec['name']}: {len(runs)} runs, {len(runs) - len(todo)} finished, {len(todo)} to run, "
           f"{jobs} at a time")
-    if opts['dry_run'] or not todo:
+    if cfg.dry_run or not todo:
         return 0
     env = dict(os.environ, PYTHONUNBUFFERED='1')     # each run's train.log gets every line as it is printed
     if 'OMP_NUM_THREADS' not in os.environ:
@@ -95,7 +95,7 @@ def sweep(argv):
         current = load_sweep(paths[0])
         for r in current['runs']:
             out_dir = os.path.join(root, r['name'])
-            if opts['only'] in r['name'] and r['name'] not in started and run_state(out_dir) != 'finished':
+            if cfg.only in r['name'] and r['name'] not in started and run_state(out_dir) != 'finished':
                 return r, out_dir, current.get('common', {})
         return None
 

@@ -21,8 +21,6 @@ kept step: one long warmup-stable-decay run gives every shorter budget by branch
 Exit codes: 0 done (or stopped by stop_iter); 2 bad input (one line on stderr, nothing on disk touched);
 3 the loss became NaN or inf (the last good checkpoint is kept); 130 interrupted.
 """
-import contextlib
-import glob
 import math
 import os
 import random
@@ -36,12 +34,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # xmod.py, harness.py and data/ live here
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # xmod.py, configurator.py and data/ live here
+import run_folder                     # checkpoints, log.csv, run.json; the checks of a config, finding the data
 import xmod
-from harness import (DTYPES, INIT_MODES, RUN_FILES, LossDiverged, UserError, append_log, check_config, clean_state_dict,
-                     configure, cpu_threads, defaults_of, find_data, git_commit, load_checkpoint, never_checkpointed,
-                     one_line, pick_device, resume_config, rng_state, run_main, save_checkpoint, set_rng_state,
-                     truncate_log, write_json)
+from configurator import LossDiverged, UserError, autocast, configure, defaults_of, one_line, pick_device, run_main
 from xmod import GPT, GPTConfig
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -105,7 +101,7 @@ min_lr = 1e-4               # ~ learning_rate/10 (Chinchilla); set it together w
 # system
 device = ''                 # '' = auto: cuda, then mps, then cpu
 dtype = ''                  # '' = auto: bfloat16 autocast on CUDA (float16 without bf16 support), float32 elsewhere
-compile = False             # torch.compile: on a GPU; on a CPU, runs over ~15 min (X-MoD 1.2x faster, compile ~2.5 min)
+compile = False             # torch.compile: on a GPU; on a CPU, only long runs gain (README, Speed)
 backend = ''                # DDP backend, '' = nccl on GPU, gloo on CPU
 threads = 0                 # CPU threads; 0 = the cores other processes leave free, looked at every 2 s (README, Speed)
 seed = 1337                 # initial weights, data order and dropout
@@ -177,7 +173,7 @@ def batch_starts(seed, step, n_rows, n_tokens, T):
 def eval_starts(n_tokens, T, tokens):
     """The fixed validation set: evenly spaced windows of T+1 tokens over the split, from its start to its end.
     tokens=0: the whole split (as many non-overlapping windows as fit). The same for every run and every eval, so
-    two runs' losses differ only by the models (random eval batches read 0.01 high or low by the draw)."""
+    two runs' losses differ only by the models, not by which batches an evaluation happened to draw."""
     last = n_tokens - T - 1                       # the last valid start
     count = last // T + 1
     if tokens:
@@ -228,11 +224,10 @@ def resolve_iters(cfg, fpt, tokens_per_iter):
 
 
 @torch.no_grad()
-def evaluate(run, model, routing):
+def evaluate(run, model, raw_model, routing):
     """Mean losses and routing statistics over the fixed validation windows. Batches are dealt out to DDP ranks;
     each batch is weighted by its rows, so the result does not depend on the world size. A rank with no batch runs
     batch 0 with weight 0 (it must still join the all_reduce with the same keys)."""
-    raw_model = model.raw
     raw_model.eval()                       # causal thresholds frozen, dropout off
     data = open_split(run.folder, 'val')
     B, T = run.cfg.batch_size, run.cfg.block_size
@@ -242,7 +237,7 @@ def evaluate(run, model, routing):
     for b, weight in mine:
         x, y = read_windows(data, b, T, run.dev)
         with run.ctx:
-            _, _, aux = model.fwd(x, y, routing=routing, return_aux=True)
+            _, _, aux = model(x, y, routing=routing, return_aux=True)
         values = {**aux['losses'], **xmod.routing_stats(raw_model, aux['layers'], routing)}
         keys = keys or list(values)
         vec = torch.stack([values[k].float() for k in keys]) * weight
@@ -253,14 +248,14 @@ def evaluate(run, model, routing):
     return dict(zip(keys, (total / len(run.starts)).tolist()))
 
 
-def eval_row(run, model):
+def eval_row(run, model, raw_model):
     """val_loss (top-k routing) and val_loss_causal (causal routing: the honest one), as LM cross-entropy only;
     then the top-k mode's auxiliary losses and routing statistics, and the causal mode's (named causal_*). A dense
     model routes nothing, so its causal loss is its loss; the MoE is evaluated causally too (it then drops none)."""
-    topk = evaluate(run, model, 'topk')
+    topk = evaluate(run, model, raw_model, 'topk')
     if run.mcfg.model == 'dense':
         return {'val_loss': topk['lm'], 'val_loss_causal': topk['lm']}
-    causal = evaluate(run, model, 'causal')
+    causal = evaluate(run, model, raw_model, 'causal')
     row = {'val_loss': topk.pop('lm'), 'val_loss_causal': causal['lm']}
     row.update(topk)
     row.update({k: v for k, v in causal.items() if k.startswith('causal_')})
@@ -268,57 +263,52 @@ def eval_row(run, model):
 
 
 # -----------------------------------------------------------------------------------------------------------------
-# the run: set up, build the model, evaluate and checkpoint, train
+# the run: set up, build the model, write run.json, train
 
 def setup_run(argv):
     """Everything decided before anything is written: the config (resumed or new), processes, device, data, model
     shape and budget. Bad input raises UserError here, with nothing on disk touched."""
-    cfg, explicit = configure(argv, DEFAULTS, doc=__doc__, source=__file__)
+    from_file = set()
+    cfg, explicit = configure(argv, DEFAULTS, doc=__doc__, source=__file__, from_file=from_file)
     ddp = int(os.environ.get('RANK', -1)) != -1
     rank, local_rank, world_size = 0, 0, 1
     if ddp:
         rank, local_rank, world_size = (int(os.environ[k]) for k in ('RANK', 'LOCAL_RANK', 'WORLD_SIZE'))
-    check_config(cfg, world_size, explicit)
+    run_folder.check_config(cfg, world_size, explicit)
     ckpt_path = os.path.join(cfg.out_dir, 'ckpt.pt')
-    branch_from = cfg.init_from if cfg.init_from not in INIT_MODES else None
-    own = load_checkpoint(ckpt_path) if branch_from and os.path.exists(ckpt_path) else None
+    branch_from = cfg.init_from if cfg.init_from.endswith('.pt') else None
+    own = run_folder.load_checkpoint(ckpt_path) if branch_from and os.path.exists(ckpt_path) else None
     # a branch whose own folder already holds its checkpoint continues it, like auto (sweep.py reruns commands)
     resume = (cfg.init_from == 'resume' or (cfg.init_from == 'auto' and os.path.exists(ckpt_path)) or
               (own is not None and (own.get('branch_of') or {}).get('checkpoint') == branch_from and
                not cfg.overwrite))
     checkpoint, branch = None, None
     if resume:
-        checkpoint = own or load_checkpoint(ckpt_path)
-        cfg = resume_config(checkpoint['config'], cfg, explicit, DEFAULTS)
-        check_config(cfg, world_size, explicit)          # again: a resumed config comes from the checkpoint
+        checkpoint = own or run_folder.load_checkpoint(ckpt_path)
+        cfg = run_folder.resume_config(checkpoint['config'], cfg, explicit, DEFAULTS)
+        run_folder.check_config(cfg, world_size, explicit)   # again: a resumed config comes from the checkpoint
         branch = checkpoint.get('branch_of')
     elif branch_from:
         if os.path.realpath(os.path.dirname(branch_from) or '.') == os.path.realpath(cfg.out_dir):
             raise UserError(f"--init_from={branch_from}: a branch needs its own --out_dir (this one holds the run "
                             f"it branches from)")
-        checkpoint = load_checkpoint(branch_from, missing='keep that step with --save_steps in the run it comes from')
-        cfg = resume_config(checkpoint['config'], cfg, explicit, DEFAULTS)
+        checkpoint = run_folder.load_checkpoint(branch_from,
+                                                missing='keep that step with --save_steps in the run it comes from')
+        cfg = run_folder.resume_config(checkpoint['config'], cfg, explicit, DEFAULTS)
         if 'save_steps' not in explicit:
             cfg.save_steps = ''                          # the parent's branch points are not the branch's
-        check_config(cfg, world_size, explicit)
+        run_folder.check_config(cfg, world_size, explicit)
         branch = {'checkpoint': branch_from, 'step': checkpoint['step']}
     if not resume:
-        held = [f for f in RUN_FILES if os.path.exists(os.path.join(cfg.out_dir, f))]
-        if held and not cfg.overwrite and never_checkpointed(cfg.out_dir):
-            # killed before its first checkpoint: nothing to resume and nothing to keep, so a new start replaces it
-            print(f"{cfg.out_dir} holds a run that never reached its first checkpoint: replacing it")
-        elif held and not cfg.overwrite:
-            raise UserError(f"{cfg.out_dir} already holds a run ({', '.join(held)}): resume it with "
-                            f"--init_from=resume, pick another --out_dir, or replace it with --overwrite=True")
+        run_folder.check_new_run(cfg.out_dir, cfg.overwrite)
     dev = pick_device(cfg.device, local_rank if ddp else None)
     device_type = dev.split(':')[0]
-    dtype = cfg.dtype or ('float32' if device_type != 'cuda' else
-                          'bfloat16' if torch.cuda.is_bf16_supported() else 'float16')
+    dtype, ctx = autocast(cfg.dtype, device_type, cuda_fallback='float16')
     if dtype == 'float16' and device_type not in ('cuda', 'cpu'):
         raise UserError(f"--dtype=float16 needs a CUDA device or the CPU (its grad scaler), not {device_type} "
                         f"(use float32 or bfloat16)")
 
-    folder, meta = find_data(cfg, ddp)
+    folder, meta = run_folder.find_data(cfg, ddp)
     vocab_size = meta['vocab_size']
     if meta.get('tokenizer') == 'gpt2':
         vocab_size = -(-vocab_size // 64) * 64     # 50257 -> 50304: a multiple of 64 is faster, the rest unused
@@ -328,6 +318,8 @@ def setup_run(argv):
         if n < T + 1:
             raise UserError(f"block_size={T} is larger than the {split} split ({n} tokens in {folder}): "
                             f"lower --block_size")
+    if 'n_layer' in from_file and checkpoint is None and rank == 0:
+        explain_n_layer(cfg)
     mcfg = model_config(cfg, vocab_size)
     if checkpoint is not None and asdict(mcfg) != checkpoint['model_args']:
         diff = [f"{k}={checkpoint['model_args'].get(k)!r} (now {v!r})" for k, v in asdict(mcfg).items()
@@ -344,7 +336,6 @@ def setup_run(argv):
         raise UserError(f"--init_from={branch_from} is step {branch['step']:,}, and this run's budget is "
                         f"{n_iters:,} steps: nothing left to train (give a larger --max_tokens or --max_iters)")
     starts = eval_starts(n_val, T, cfg.eval_iters * cfg.batch_size * T if cfg.eval_iters else cfg.eval_tokens)
-    ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type=device_type, dtype=DTYPES[dtype])
     return types.SimpleNamespace(
         cfg=cfg, explicit=explicit, ddp=ddp, rank=rank, local_rank=local_rank, world_size=world_size,
         master=rank == 0, resume=resume, branch=branch, checkpoint=checkpoint, ckpt_path=ckpt_path, dev=dev,
@@ -354,11 +345,18 @@ def setup_run(argv):
         save_steps={int(x) for x in cfg.save_steps.split(',') if x.strip()})
 
 
+def explain_n_layer(cfg):
+    """A config file's n_layer, written for a dense model, means another thing to a FLOP-matched sparse run: say so."""
+    if cfg.model in ('mod', 'xmod') and cfg.match_flops and cfg.n_layer:
+        print(f"note: n_layer={cfg.n_layer} (from the config file) is the {cfg.model} model's own depth, FLOP-matched "
+              f"to a dense model of dense_layers={cfg.dense_layers} layers; to match a {cfg.n_layer}-layer dense "
+              f"model, run with --dense_layers={cfg.n_layer} --n_layer=0 (FLOP matching then picks the depth)")
+
+
 def build_model(run):
     """The model, its optimizer and grad scaler, restored from the checkpoint when resuming; DDP joins the ranks
-    here, so all of them have passed the checks. Sets run.step (and the rest of the loop's state) and returns
-    model: model.raw is the GPT, model.fwd what evaluation calls (compiled or not), model.step what training calls
-    (DDP-wrapped or not), model.optimizer, model.scaler."""
+    here, so all of them have passed the checks. Returns raw_model (the GPT), model (what evaluation calls:
+    compiled or not), ddp_model (what training calls: model, DDP-wrapped under DDP), optimizer and scaler."""
     cfg, dev = run.cfg, run.dev
     if run.ddp:
         torch.distributed.init_process_group(backend=cfg.backend or ('nccl' if run.device_type == 'cuda' else 'gloo'))
@@ -370,69 +368,60 @@ def build_model(run):
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)                    # the initial weights: a pure function of the seed
-    raw = GPT(run.mcfg)
-    raw.calibration_checked = True                 # step 0's causal eval runs before any calibration, by design
+    raw_model = GPT(run.mcfg)
+    raw_model.calibration_checked = True           # step 0's causal eval runs before any calibration, by design
     torch.manual_seed(cfg.seed + run.rank)         # dropout: its own stream per rank
     ckpt = run.checkpoint
     if ckpt is not None:
         try:
-            raw.load_state_dict(clean_state_dict(ckpt['model']))
+            raw_model.load_state_dict(run_folder.clean_state_dict(ckpt['model']))
         except RuntimeError as e:
             raise UserError(f"{run.ckpt_path}: the weights do not fit the model: {one_line(e)}") from None
-    raw.to(dev)
+    raw_model.to(dev)
     scaler = torch.amp.GradScaler(run.device_type, enabled=run.dtype == 'float16')
-    optimizer = raw.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), run.device_type)
-    run.step, run.best_val, run.elapsed0, run.last_eval = 0, float('inf'), 0.0, None
-    run.train_sum0, run.train_steps0 = 0.0, 0
+    optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
+                                               run.device_type)
     if ckpt is not None:
         optimizer.load_state_dict(ckpt['optimizer'])
         if ckpt.get('scaler'):
             scaler.load_state_dict(ckpt['scaler'])
-        run.step, run.best_val = ckpt['step'], ckpt.get('best_val_loss', run.best_val)
-        run.elapsed0, run.last_eval = ckpt.get('elapsed_s', 0.0), ckpt.get('last_eval')
-        # a kept step between evaluations carries the training loss summed since the last one (ckpt_S.pt)
-        run.train_sum0, run.train_steps0 = ckpt.get('train_loss_sum', 0.0), ckpt.get('train_loss_steps', 0)
-        set_rng_state(ckpt['rng'][run.rank] if run.rank < len(ckpt['rng']) else ckpt['rng'][0])
-        run.checkpoint = None                      # free the memory
+        run_folder.set_rng_state(ckpt['rng'][run.rank] if run.rank < len(ckpt['rng']) else ckpt['rng'][0])
     if cfg.compile:   # causal routing reads its padded count k_max from the data: captured, it stays in the graph
         torch._dynamo.config.capture_scalar_outputs = True
-    fwd = torch.compile(raw) if cfg.compile else raw
-    step_fn = fwd
+    model = torch.compile(raw_model) if cfg.compile else raw_model
+    ddp_model = model
     if run.ddp:
         from torch.nn.parallel import DistributedDataParallel as DDP
         # MoD's plain gate leaves Router.gain out of the graph: DDP must be told some parameters get no gradient
         unused = run.mcfg.gate == 'plain' and 'routed' in xmod.layer_kinds(run.mcfg)
-        step_fn = DDP(fwd, device_ids=[run.local_rank] if run.device_type == 'cuda' else None,
-                      find_unused_parameters=unused)
-    return types.SimpleNamespace(raw=raw, fwd=fwd, step=step_fn, optimizer=optimizer, scaler=scaler)
+        ddp_model = DDP(model, device_ids=[run.local_rank] if run.device_type == 'cuda' else None,
+                        find_unused_parameters=unused)
+    return raw_model, model, ddp_model, optimizer, scaler
 
 
-def start_run(run, model):
-    """Write run.json (and, on a resume, cut log.csv back to the checkpoint) and print what is about to happen."""
-    cfg, mcfg, raw = run.cfg, run.mcfg, model.raw
-    params_total, params_active = raw.num_params(), raw.num_active_params()
+def start_run(run, raw_model, iter_num):
+    """Write run.json (and, on a resume, cut log.csv back to the checkpoint) and print what is about to happen.
+    Returns run.json's contents, which the end of the run completes."""
+    cfg, mcfg = run.cfg, run.mcfg
+    params_total, params_active = raw_model.num_params(), raw_model.num_active_params()
     layout = xmod.layout_string(mcfg)
     resolved = dict(vars(cfg), n_layer=mcfg.n_layer, capacity=mcfg.capacity, gate=mcfg.gate,
                     balance=mcfg.balance, expert_hidden=mcfg.expert_hidden)
-    run.info = {'config': resolved, 'model_config': asdict(mcfg), 'layout': layout, 'params_total': params_total,
-                'params_active': params_active, 'flops_per_token': run.fpt, 'tokens_per_iter': run.tokens_per_iter,
-                'n_iters': run.n_iters, 'world_size': run.world_size, 'seed': cfg.seed, 'git_commit': git_commit(),
-                'torch_version': torch.__version__, 'device': run.dev, 'dtype': run.dtype, 'finished': False,
-                'final': None}
+    info = {'config': resolved, 'model_config': asdict(mcfg), 'layout': layout, 'params_total': params_total,
+            'params_active': params_active, 'flops_per_token': run.fpt, 'tokens_per_iter': run.tokens_per_iter,
+            'n_iters': run.n_iters, 'world_size': run.world_size, 'seed': cfg.seed,
+            'git_commit': run_folder.git_commit(), 'torch_version': torch.__version__, 'device': run.dev,
+            'dtype': run.dtype, 'finished': False, 'final': None}
     if run.branch:
-        run.info['branch_of'] = run.branch
+        info['branch_of'] = run.branch
     if not run.master:
-        return
+        return info
     os.makedirs(cfg.out_dir, exist_ok=True)
     if run.resume:
-        truncate_log(run.log_path, run.step)
+        run_folder.truncate_log(run.log_path, iter_num)
     else:
-        for f in RUN_FILES:                        # --overwrite: the old run goes (checked in setup_run)
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(cfg.out_dir, f))
-        for f in glob.glob(os.path.join(glob.escape(cfg.out_dir), 'ckpt_*.pt')):   # and its kept steps
-            os.remove(f)
-    write_json(run.run_path, run.info)
+        run_folder.clear_run(cfg.out_dir)          # --overwrite: the old run goes (checked in setup_run)
+    run_folder.write_json(run.run_path, info)
     T = cfg.block_size
     sparse = (f", capacity {mcfg.capacity:.4f} ({xmod.capacity_k(mcfg.capacity, T)}/{T} tokens)"
               if 'routed' in xmod.layer_kinds(mcfg) else ', no routed layer: the dense model' if
@@ -449,7 +438,7 @@ def start_run(run, model):
     print(f"budget {run.n_iters:,} iters x {run.tokens_per_iter:,} tokens = "
           f"{run.n_iters * run.tokens_per_iter / 1e6:.2f}M tokens, {3 * run.fpt * run.n_iters * run.tokens_per_iter:.3g}"
           f" FLOPs; device {run.dev} {run.dtype}{f' x {run.world_size} ranks' if run.ddp else ''}; out_dir "
-          f"{cfg.out_dir}" + (f"; resuming at step {run.step}" if run.resume else ''))
+          f"{cfg.out_dir}" + (f"; resuming at step {iter_num}" if run.resume else ''))
     if run.branch and not run.resume:
         sched = (f"; its cooldown starts at step {cooldown_start(cfg, run.schedule_iters):,}"
                  if cfg.lr_schedule == 'wsd' else '')
@@ -457,158 +446,165 @@ def start_run(run, model):
     if run.n_iters > run.schedule_iters:
         print(f"extending: the learning-rate schedule of this run ended at step {run.schedule_iters:,}; steps "
               f"{run.schedule_iters:,}-{run.n_iters:,} run at min_lr={cfg.min_lr:g}")
+    return info
 
 
-def host_mean(run, total, n, what):
-    """total/n as a float, averaged over DDP ranks (so every rank takes the same decision); stop on NaN or inf."""
+def diverged(run, what, value, iter_num, last_eval, advice=''):
+    """The error that stops a run whose loss became NaN or inf (exit code 3); its last good checkpoint stays."""
+    return LossDiverged(f"the {what} is {value} at step {iter_num}: stopping. The last good checkpoint "
+                        f"({run.ckpt_path}, step {last_eval['step'] if last_eval else 'none'}) is kept{advice}")
+
+
+def train_loss_mean(run, total, n, iter_num, last_eval):
+    """The training loss summed in total over n steps, as a float averaged over DDP ranks (so every rank takes the
+    same decision); stop on NaN or inf."""
     if run.ddp:
         torch.distributed.all_reduce(total, op=torch.distributed.ReduceOp.AVG)
     mean = total.item() / n
     if not math.isfinite(mean):
-        raise LossDiverged(f"the {what} is {mean} at step {run.step}: stopping. The last good checkpoint "
-                           f"({run.ckpt_path}, step {run.last_eval['step'] if run.last_eval else 'none'}) is kept; "
-                           f"lower --learning_rate or raise --warmup_iters and resume with --init_from=resume")
+        raise diverged(run, 'training loss', mean, iter_num, last_eval,
+                       '; lower --learning_rate or raise --warmup_iters and resume with --init_from=resume')
     return mean
 
 
-def checkpoint_state(run, model, t0, train_sum=0.0, train_steps=0):
+def checkpoint_state(run, raw_model, optimizer, scaler, iter_num, best_val_loss, last_eval, t0, train_sum=0.0,
+                     train_steps=0):
     """What a checkpoint holds: enough to continue exactly (weights, optimizer, scaler, every rank's RNG state,
     the step, which fixes the data position) and to branch (train_sum, train_steps: the training loss summed since
     the last evaluation, nonzero only in a kept step between evaluations). Call it on every rank."""
-    rngs = [rng_state()]
+    rngs = [run_folder.rng_state()]
     if run.ddp:
         rngs = [None] * run.world_size
-        torch.distributed.all_gather_object(rngs, rng_state())
-    return {'model': model.raw.state_dict(), 'optimizer': model.optimizer.state_dict(),
-            'scaler': model.scaler.state_dict(), 'config': vars(run.cfg), 'model_args': asdict(run.mcfg),
-            'step': run.step, 'data': {'seed': run.cfg.seed, 'step': run.step, 'tokens': run.step * run.tokens_per_iter},
-            'n_iters': run.n_iters, 'schedule_iters': run.schedule_iters, 'best_val_loss': run.best_val,
-            'elapsed_s': time.time() - t0, 'last_eval': run.last_eval, 'rng': rngs, 'meta': run.meta,
+        torch.distributed.all_gather_object(rngs, run_folder.rng_state())
+    return {'model': raw_model.state_dict(), 'optimizer': optimizer.state_dict(), 'scaler': scaler.state_dict(),
+            'config': vars(run.cfg), 'model_args': asdict(run.mcfg), 'step': iter_num,
+            'data': {'seed': run.cfg.seed, 'step': iter_num, 'tokens': iter_num * run.tokens_per_iter},
+            'n_iters': run.n_iters, 'schedule_iters': run.schedule_iters, 'best_val_loss': best_val_loss,
+            'elapsed_s': time.time() - t0, 'last_eval': last_eval, 'rng': rngs, 'meta': run.meta,
             'branch_of': run.branch, 'train_loss_sum': train_sum, 'train_loss_steps': train_steps}
-
-
-def keep_step(run, model, t0, since_eval, since_eval_steps):
-    """--save_steps: a copy of this step's checkpoint as out_dir/ckpt_S.pt, kept for branching. Between evaluations
-    it carries the training loss summed since the last one (averaged over DDP ranks), so that a branch logs the
-    parent's very train_loss."""
-    total = since_eval.clone()
-    if run.ddp:
-        torch.distributed.all_reduce(total, op=torch.distributed.ReduceOp.AVG)
-    state = checkpoint_state(run, model, t0, total.item(), since_eval_steps)
-    if run.master:
-        save_checkpoint(state, os.path.join(run.cfg.out_dir, f'ckpt_{run.step}.pt'))
-
-
-def evaluate_and_checkpoint(run, model, train_loss, tokens_per_s, t0):
-    """Evaluate, append a row to log.csv, then write the checkpoint (the row first: a kill in between loses the row
-    on resume, never the checkpoint's step)."""
-    ev = eval_row(run, model)
-    if not all(math.isfinite(v) for v in (ev['val_loss'], ev['val_loss_causal'])):
-        raise LossDiverged(f"the validation loss is {ev['val_loss']} at step {run.step}: stopping. The last good "
-                           f"checkpoint ({run.ckpt_path}, step {run.last_eval['step'] if run.last_eval else 'none'}) "
-                           f"is kept")
-    tokens = run.step * run.tokens_per_iter
-    row = {'step': run.step, 'tokens': tokens, 'flops': 3 * run.fpt * tokens,
-           'lr': get_lr(run.cfg, run.step, run.schedule_iters), 'elapsed_s': round(time.time() - t0, 3),
-           'tokens_per_s': tokens_per_s, 'train_loss': train_loss, **ev}
-    run.best_val = min(run.best_val, ev['val_loss_causal'])
-    run.last_eval = {k: row[k] for k in ('step', 'tokens', 'flops', 'val_loss', 'val_loss_causal')}
-    state = checkpoint_state(run, model, t0)       # all ranks: it gathers their RNG states
-    if run.master:
-        append_log(run.log_path, row)
-        save_checkpoint(state, run.ckpt_path)
-        train_txt = f"train {train_loss:.4f}, " if train_loss != '' else ''
-        tqdm.write(f"step {run.step:>6}: {train_txt}val {ev['val_loss']:.4f}, val causal "
-                   f"{ev['val_loss_causal']:.4f}, {row['elapsed_s']:.0f}s")
 
 
 def train(argv):
     run = setup_run(argv)
-    model = build_model(run)
-    start_run(run, model)
     cfg, T = run.cfg, run.cfg.block_size
-    gas_local = cfg.gradient_accumulation_steps // run.world_size
-    bar = tqdm(total=run.n_iters, initial=run.step, disable=True if not run.master else None, dynamic_ncols=True,
-               unit='it', leave=False)
-    t0 = time.time() - run.elapsed0
-    resumed_at = run.step if run.resume or run.branch else -1     # its evaluation is already logged
+    raw_model, model, ddp_model, optimizer, scaler = build_model(run)
+    # where training stands: step 0, or the checkpoint's (a resume, or the kept step a branch starts from)
+    ckpt = run.checkpoint or {}
+    iter_num = ckpt.get('step', 0)
+    best_val_loss = ckpt.get('best_val_loss', float('inf'))
+    last_eval = ckpt.get('last_eval')              # the last evaluation's step, tokens, FLOPs and losses
+    elapsed = ckpt.get('elapsed_s', 0.0)
     # Step losses are summed on the device and brought to the host only every log_interval steps and at evals
     # (one sync each); train_loss is its own sum since the last eval, so log_interval cannot change its rounding.
-    window, since_eval = torch.zeros((), device=run.dev), torch.full((), run.train_sum0, device=run.dev)
-    window_steps, since_eval_steps = 0, run.train_steps0
-    t_mark, tok_mark, t_eval_end = time.time(), run.step * run.tokens_per_iter, time.time()
-    share_cpu = cpu_threads(run.device_type, cfg.threads)
+    # A kept step between evaluations carries that sum (ckpt_S.pt), so a branch logs its parent's very train_loss.
+    window, window_steps = torch.zeros((), device=run.dev), 0
+    since_eval = torch.full((), ckpt.get('train_loss_sum', 0.0), device=run.dev)
+    since_eval_steps = ckpt.get('train_loss_steps', 0)
+    run.checkpoint = ckpt = None                   # free the memory
+    info = start_run(run, raw_model, iter_num)
+    gas_local = cfg.gradient_accumulation_steps // run.world_size
+    bar = tqdm(total=run.n_iters, initial=iter_num, disable=True if not run.master else None, dynamic_ncols=True,
+               unit='it', leave=False)
+    t0 = time.time() - elapsed
+    resumed_at = iter_num if run.resume or run.branch else -1     # its evaluation is already logged
+    t_mark, tok_mark, t_eval_end = time.time(), iter_num * run.tokens_per_iter, time.time()
+    share_cpu = run_folder.cpu_threads(run.device_type, cfg.threads)
     while True:
-        threads = share_cpu()
-        if threads and run.master:
-            tqdm.write(f"step {run.step:>6}: CPU threads -> {threads} (the cores other processes leave free; "
-                       f"--threads=N fixes the count)")
-        if (run.step % cfg.eval_interval == 0 or run.step == run.n_iters) and run.step != resumed_at:
-            train_loss = host_mean(run, since_eval, since_eval_steps, 'training loss') if since_eval_steps else ''
+        # evaluate, append a row to log.csv, then write the checkpoint (the row first: a kill in between loses the
+        # row on resume, never the checkpoint's step)
+        if (iter_num % cfg.eval_interval == 0 or iter_num == run.n_iters) and iter_num != resumed_at:
+            train_loss = (train_loss_mean(run, since_eval, since_eval_steps, iter_num, last_eval)
+                          if since_eval_steps else '')
             tokens_per_s = (round(since_eval_steps * run.tokens_per_iter / (time.time() - t_eval_end), 1)
                             if since_eval_steps else '')
-            evaluate_and_checkpoint(run, model, train_loss, tokens_per_s, t0)
+            ev = eval_row(run, model, raw_model)
+            if not all(math.isfinite(v) for v in (ev['val_loss'], ev['val_loss_causal'])):
+                raise diverged(run, 'validation loss', ev['val_loss'], iter_num, last_eval)
+            tokens = iter_num * run.tokens_per_iter
+            row = {'step': iter_num, 'tokens': tokens, 'flops': 3 * run.fpt * tokens,
+                   'lr': get_lr(cfg, iter_num, run.schedule_iters), 'elapsed_s': round(time.time() - t0, 3),
+                   'tokens_per_s': tokens_per_s, 'train_loss': train_loss, **ev}
+            best_val_loss = min(best_val_loss, ev['val_loss_causal'])
+            last_eval = {k: row[k] for k in ('step', 'tokens', 'flops', 'val_loss', 'val_loss_causal')}
+            state = checkpoint_state(run, raw_model, optimizer, scaler, iter_num, best_val_loss, last_eval, t0)
+            if run.master:
+                run_folder.append_log(run.log_path, row)
+                run_folder.save_checkpoint(state, run.ckpt_path)
+                train_txt = f"train {train_loss:.4f}, " if train_loss != '' else ''
+                tqdm.write(f"step {iter_num:>6}: {train_txt}val {ev['val_loss']:.4f}, val causal "
+                           f"{ev['val_loss_causal']:.4f}, {row['elapsed_s']:.0f}s")
             since_eval.zero_()
             since_eval_steps = 0
             t_eval_end = time.time()
-        if run.step in run.save_steps:
-            keep_step(run, model, t0, since_eval, since_eval_steps)
-        if run.step >= run.n_iters:
+        if iter_num in run.save_steps:             # --save_steps: a copy kept as out_dir/ckpt_S.pt, for branching
+            total = since_eval.clone()
+            if run.ddp:
+                torch.distributed.all_reduce(total, op=torch.distributed.ReduceOp.AVG)
+            state = checkpoint_state(run, raw_model, optimizer, scaler, iter_num, best_val_loss, last_eval, t0,
+                                     total.item(), since_eval_steps)
+            if run.master:
+                run_folder.save_checkpoint(state, os.path.join(cfg.out_dir, f'ckpt_{iter_num}.pt'))
+        if iter_num >= run.n_iters:
             break
 
         # one optimizer step over gradient_accumulation_steps micro-batches of the global batch
-        lr = get_lr(cfg, run.step, run.schedule_iters)
-        for group in model.optimizer.param_groups:
+        lr = get_lr(cfg, iter_num, run.schedule_iters)
+        for group in optimizer.param_groups:
             group['lr'] = lr
-        rows = batch_starts(cfg.seed, run.step, cfg.batch_size * cfg.gradient_accumulation_steps, run.n_train, T)
+        rows = batch_starts(cfg.seed, iter_num, cfg.batch_size * cfg.gradient_accumulation_steps, run.n_train, T)
         data = open_split(run.folder, 'train')
         step_loss, step_layers = torch.zeros((), device=run.dev), []
         for micro in range(gas_local):
             first = (run.rank * gas_local + micro) * cfg.batch_size       # this rank's slice of the global batch
             x, y = read_windows(data, rows[first:first + cfg.batch_size], T, run.dev)
             # DDP: all-reduce gradients only on the last micro-batch
-            sync = model.step.no_sync() if run.ddp and micro < gas_local - 1 else nullcontext()
+            sync = ddp_model.no_sync() if run.ddp and micro < gas_local - 1 else nullcontext()
             with sync:
                 with run.ctx:
-                    _, loss, aux = model.step(x, y, return_aux=True)
+                    _, loss, aux = ddp_model(x, y, return_aux=True)
                 step_loss += aux['losses']['lm'] / gas_local                # the LM loss, for the log
-                model.scaler.scale(loss / gas_local).backward()             # LM + auxiliary losses
+                scaler.scale(loss / gas_local).backward()                   # LM + auxiliary losses
             step_layers.append(aux['layers'])
-        model.raw.calibrate(step_layers)      # the causal thresholds: once per step, from the whole global batch
+        raw_model.calibrate(step_layers)      # the causal thresholds: once per step, from the whole global batch
         if cfg.grad_clip > 0:
-            model.scaler.unscale_(model.optimizer)
-            torch.nn.utils.clip_grad_norm_(model.raw.parameters(), cfg.grad_clip)
-        model.scaler.step(model.optimizer)
-        model.scaler.update()
-        model.optimizer.zero_grad(set_to_none=True)
-        run.step += 1
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        iter_num += 1
         window += step_loss
         since_eval += step_loss
         window_steps += 1
         since_eval_steps += 1
         bar.update(1)
 
-        if run.step % cfg.log_interval == 0:
-            mean = host_mean(run, window, window_steps, 'training loss')
+        # logging; on a CPU, --threads=0 also looks here at the cores other processes leave free
+        if iter_num % cfg.log_interval == 0:
+            mean = train_loss_mean(run, window, window_steps, iter_num, last_eval)
             window.zero_()
             window_steps = 0
             now = time.time()
-            tok_s = (run.step * run.tokens_per_iter - tok_mark) / (now - t_mark)
+            tok_s = (iter_num * run.tokens_per_iter - tok_mark) / (now - t_mark)
             bar.set_postfix(loss=f"{mean:.4f}", tok_s=f"{tok_s:,.0f}")
-            t_mark, tok_mark = now, run.step * run.tokens_per_iter
-        if cfg.stop_iter and run.step == cfg.stop_iter and run.step < run.n_iters:
+            t_mark, tok_mark = now, iter_num * run.tokens_per_iter
+        threads = share_cpu()
+        if threads and run.master:
+            tqdm.write(f"step {iter_num:>6}: CPU threads -> {threads} (the cores other processes leave free; "
+                       f"--threads=N fixes the count)")
+        if cfg.stop_iter and iter_num == cfg.stop_iter and iter_num < run.n_iters:
             bar.close()
             if run.master:
-                print(f"stopped after step {run.step} (stop_iter), as if killed: the checkpoint is at step "
-                      f"{run.last_eval['step'] if run.last_eval else 'none'}; continue with --init_from=resume")
+                print(f"stopped after step {iter_num} (stop_iter), as if killed: the checkpoint is at step "
+                      f"{last_eval['step'] if last_eval else 'none'}; continue with --init_from=resume")
             return 0
 
     bar.close()
     if run.master:
-        run.info.update(finished=True, final=run.last_eval)
-        write_json(run.run_path, run.info)
-        print(f"done: {run.n_iters:,} iters, {time.time() - t0:.0f}s; val_loss {run.last_eval['val_loss']:.4f}, "
-              f"val_loss_causal {run.last_eval['val_loss_causal']:.4f}; sample with: python sample.py "
+        info.update(finished=True, final=last_eval)
+        run_folder.write_json(run.run_path, info)
+        print(f"done: {run.n_iters:,} iters, {time.time() - t0:.0f}s; val_loss {last_eval['val_loss']:.4f}, "
+              f"val_loss_causal {last_eval['val_loss_causal']:.4f}; sample with: python sample.py "
               f"--out_dir={cfg.out_dir}")
     return 0
 

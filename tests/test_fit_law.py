@@ -141,11 +141,10 @@ def cli(*args):
 
 
 def run_main(capsys, *args, joint=False):
-    """fit_law.main in-process; returns (exit code, stderr). Exit 0 means it returned. joint=False: without the
+    """fit_law.main in-process; returns (exit code, stderr); argparse's errors exit. joint=False: without the
     joint law (--skip_joint), as cli()."""
     try:
-        fit_law.main(list(args) + ([] if joint else ['--skip_joint']))
-        code = 0
+        code = fit_law.main(list(args) + ([] if joint else ['--skip_joint']))
     except SystemExit as e:
         code = e.code
     return code, capsys.readouterr().err
@@ -200,8 +199,8 @@ def full_fit(tmp_path_factory):
     root = tmp_path_factory.mktemp('sweep')
     out = str(tmp_path_factory.mktemp('law'))
     make_sweep(root)
-    result = fit_law.main([os.path.join(str(root), '*'), '--out', out, '--holdout', 'stride==8',
-                           '--bootstrap', '20'])
+    result = fit_law.run(fit_law.parse_args([os.path.join(str(root), '*'), '--out', out, '--holdout', 'stride==8',
+                                             '--bootstrap', '20']))
     return result, out
 
 

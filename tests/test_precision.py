@@ -17,7 +17,7 @@ from test_train import (ENV, ROOT, SAMPLE, TINY, TRAIN, assert_bad_input, assert
                         corpus, read_json, read_log, run)  # noqa: F401 (corpus: a fixture)
 from test_xmod import CASES, V, batch, rel_err, tiny  # noqa: E402
 
-import harness  # noqa: E402
+import run_folder  # noqa: E402
 from xmod import GPT, MoE, RoutedBlock  # noqa: E402
 
 DTYPES = {'bfloat16': torch.bfloat16, 'float16': torch.float16}
@@ -200,7 +200,7 @@ def test_train_float16_uses_the_grad_scaler(corpus, tmp_path):
     assert r.returncode == 0, r.stderr
     rows = read_log(out)
     assert read_json(out)['dtype'] == 'float16' and float(rows[-1]['val_loss']) < float(rows[0]['val_loss'])
-    scaler = harness.load_checkpoint(os.path.join(out, 'ckpt.pt'))['scaler']
+    scaler = run_folder.load_checkpoint(os.path.join(out, 'ckpt.pt'))['scaler']
     assert scaler and 0 < scaler['scale'] <= 2.0 ** 16
 
 

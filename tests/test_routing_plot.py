@@ -15,7 +15,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
-import harness
+import run_folder
 import routing_plot
 import sample
 from data.tokenizers import from_meta, meta_for
@@ -39,7 +39,7 @@ def save_run(out_dir, model_name):
         for s in range(0, 96, 32):
             model(data[s:s + 32][None], data[s + 1:s + 33][None])      # training mode: updates the thresholds
     os.makedirs(out_dir, exist_ok=True)
-    harness.save_checkpoint({'model': model.state_dict(), 'optimizer': {}, 'config': {}, 'model_args': asdict(cfg),
+    run_folder.save_checkpoint({'model': model.state_dict(), 'optimizer': {}, 'config': {}, 'model_args': asdict(cfg),
                              'step': 0, 'rng': [], 'meta': meta}, os.path.join(out_dir, 'ckpt.pt'))
     return cfg, model.state_dict(), encode
 
@@ -49,9 +49,9 @@ def test_routing_png_draws_the_causal_depth(tmp_path, capsys, monkeypatch):
     cfg, state, encode = save_run(out, 'xmod')
     drawn = []
 
-    def spy(path, routing, pieces, title, **kw):
-        drawn.append(dict(routing=routing, pieces=pieces, title=title))
-        return draw(path, routing, pieces, title, **kw)
+    def spy(path, selection, pieces, title, **kw):
+        drawn.append(dict(selection=selection, pieces=pieces, title=title))
+        return draw(path, selection, pieces, title, **kw)
     draw = routing_plot.draw_routing
     monkeypatch.setattr(routing_plot, 'draw_routing', spy)
     rc = sample.main([f'--out_dir={out}', '--start=to be', '--num_samples=1', '--max_new_tokens=40',
@@ -68,7 +68,7 @@ def test_routing_png_draws_the_causal_depth(tmp_path, capsys, monkeypatch):
     assert len(text) == len('to be') + 40
     ids = encode(text)[:32]
     (got,) = drawn
-    assert got['routing']['ids'] == ids and got['pieces'] == list(text[:32])
+    assert got['selection']['ids'] == ids and got['pieces'] == list(text[:32])
     assert 'first 32 of 45 tokens' in got['title']
 
     # an independent forward: the naive impl, the same weights, causal routing
@@ -78,10 +78,10 @@ def test_routing_png_draws_the_causal_depth(tmp_path, capsys, monkeypatch):
     with torch.no_grad():
         _, _, aux = naive(torch.tensor([ids]), routing='causal', return_aux=True)
     masks = [a['mask'][0].numpy() for a in aux['layers'] if 'mask' in a]          # each (T,) bool
-    assert got['routing']['layers'] == [1, 2, 3]                                   # DrrrD
-    assert np.array_equal(got['routing']['mask'], np.stack(masks))
+    assert got['selection']['layers'] == [1, 2, 3]                                   # DrrrD
+    assert np.array_equal(got['selection']['mask'], np.stack(masks))
     depth = np.sum(masks, axis=0)
-    assert np.array_equal(got['routing']['depth'], depth)
+    assert np.array_equal(got['selection']['depth'], depth)
     assert 0 < depth.sum() < 3 * 32                     # some tokens taken, not all: the picture shows a choice
     assert f"mean {depth.mean():.2f}" in stdout
 

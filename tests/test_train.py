@@ -17,7 +17,8 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
-import harness
+import configurator
+import run_folder
 import train
 import xmod
 
@@ -114,7 +115,7 @@ def test_end_to_end(runs, model):
     out = runs[model]
     rows = read_log(out)
     header = list(rows[0])
-    assert tuple(header[:len(harness.LOG_COLUMNS)]) == harness.LOG_COLUMNS
+    assert tuple(header[:len(run_folder.LOG_COLUMNS)]) == run_folder.LOG_COLUMNS
     assert [int(r['step']) for r in rows] == [0, 5, 10]
     info = read_json(out)
     for k in RUN_JSON_KEYS:
@@ -146,7 +147,7 @@ def test_end_to_end(runs, model):
         assert info['flops_per_token'] == pytest.approx(dense, rel=0.02)
     if model == 'xmod':
         assert info['layout'] == 'DrrrDrrrDrrr' and cfg['gate'] == 'variance' and cfg['balance'] > 0
-    ckpt = harness.load_checkpoint(os.path.join(out, 'ckpt.pt'))
+    ckpt = run_folder.load_checkpoint(os.path.join(out, 'ckpt.pt'))
     assert ckpt['step'] == 10 and ckpt['model_args'] == mcfg
     assert not any(k.startswith(('_orig_mod.', 'module.')) for k in ckpt['model'])
     assert {'python', 'numpy', 'torch', 'cuda'} <= set(ckpt['rng'][0]) and ckpt['data']['step'] == 10
@@ -173,13 +174,14 @@ def test_eval_set_is_fixed_and_spans_the_split():
 def test_config_file_and_overrides(tmp_path):
     cfg_file = tmp_path / 'my_config.py'
     cfg_file.write_text("import math\nmodel = 'dense'\nn_embd = 2 ** 6\nlearning_rate = 3e-4\nmax_tokens = 1e6\n")
-    cfg, explicit = harness.configure([str(cfg_file), '--n_embd=32', '--dropout=0', '--compile=false'], train.DEFAULTS)
+    cfg, explicit = configurator.configure([str(cfg_file), '--n_embd=32', '--dropout=0', '--compile=false'],
+                                           train.DEFAULTS)
     assert (cfg.model, cfg.n_embd, cfg.learning_rate, cfg.max_tokens) == ('dense', 32, 3e-4, 1_000_000)
     assert cfg.dropout == 0.0 and isinstance(cfg.dropout, float) and cfg.compile is False
     assert explicit == {'model', 'n_embd', 'learning_rate', 'max_tokens', 'dropout', 'compile'}
     for name in os.listdir(os.path.join(ROOT, 'config')):   # the shipped config files parse, by name without .py
         if name.endswith('.py'):
-            harness.configure([name[:-3]], train.DEFAULTS)
+            configurator.configure([name[:-3]], train.DEFAULTS)
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -216,8 +218,8 @@ def test_resume_is_exact(corpus, tmp_path):
 def test_atomic_save(runs, tmp_path, monkeypatch):
     """A crash in the middle of writing a checkpoint leaves the previous one loadable, and no temporary file."""
     path = str(tmp_path / 'ckpt.pt')
-    good = harness.load_checkpoint(os.path.join(runs['xmod'], 'ckpt.pt'))
-    harness.save_checkpoint(good, path)
+    good = run_folder.load_checkpoint(os.path.join(runs['xmod'], 'ckpt.pt'))
+    run_folder.save_checkpoint(good, path)
     before = open_bytes(path)
     real_save = torch.save
 
@@ -230,10 +232,10 @@ def test_atomic_save(runs, tmp_path, monkeypatch):
     monkeypatch.setattr(torch, 'save', crash)
     new = dict(good, step=999)
     with pytest.raises(OSError, match='simulated crash'):
-        harness.save_checkpoint(new, path)
+        run_folder.save_checkpoint(new, path)
     monkeypatch.undo()
     assert open_bytes(path) == before
-    assert harness.load_checkpoint(path)['step'] == good['step']
+    assert run_folder.load_checkpoint(path)['step'] == good['step']
     assert os.listdir(tmp_path) == ['ckpt.pt']
 
 
@@ -257,7 +259,7 @@ def test_nan_stops_and_keeps_last_good_checkpoint(corpus, tmp_path, monkeypatch,
                      '--log_interval=1', '--max_iters=10'] + TINY[:4] + ['--eval_tokens=256'])
     err = capsys.readouterr().err
     assert rc == 3 and 'NaN' in err.replace('nan', 'NaN') and 'checkpoint' in err, err
-    assert harness.load_checkpoint(os.path.join(out, 'ckpt.pt'))['step'] == 2
+    assert run_folder.load_checkpoint(os.path.join(out, 'ckpt.pt'))['step'] == 2
     assert [r['step'] for r in read_log(out)] == ['0', '2'] and read_json(out)['finished'] is False
 
 
@@ -266,7 +268,7 @@ def test_nan_stops_and_keeps_last_good_checkpoint(corpus, tmp_path, monkeypatch,
 
 def thresholds(out):
     """Every routed layer's causal threshold in the run's checkpoint."""
-    ckpt = harness.load_checkpoint(os.path.join(out, 'ckpt.pt'))
+    ckpt = run_folder.load_checkpoint(os.path.join(out, 'ckpt.pt'))
     model = xmod.GPT(xmod.GPTConfig(**ckpt['model_args']))
     model.load_state_dict(ckpt['model'])
     return [layer.router.threshold() for layer in model.transformer.h if isinstance(layer, xmod.RoutedBlock)]
@@ -394,11 +396,11 @@ def test_default_dataset_is_prepared_when_missing(corpus, tmp_path, monkeypatch,
     import shutil
     from data.shakespeare import prepare as shk
     from data.tokenizers import DataError
-    monkeypatch.setattr(harness, 'ROOT', str(tmp_path))
+    monkeypatch.setattr(run_folder, 'ROOT', str(tmp_path))
     folder = tmp_path / 'data' / 'shakespeare'
     monkeypatch.setattr(shk, 'prepare', lambda *a, **k: shutil.copytree(corpus, folder))
-    cfg, _ = harness.configure([], train.DEFAULTS)
-    assert harness.find_data(cfg, ddp=False)[0] == str(folder)
+    cfg, _ = configurator.configure([], train.DEFAULTS)
+    assert run_folder.find_data(cfg, ddp=False)[0] == str(folder)
     assert 'preparing' in capsys.readouterr().out and (folder / 'val.bin').exists()
     shutil.rmtree(folder)
 
@@ -484,17 +486,38 @@ def test_a_sparse_run_that_would_route_every_token_is_refused(corpus, bad_train)
 
 def test_the_nanogpt_config_keeps_a_sparse_model_sparse():
     """config/shakespeare_char_nanogpt.py sets the dense depth, so --model=xmod on top of it is FLOP-matched X-MoD."""
-    cfg, _ = harness.configure(['shakespeare_char_nanogpt', '--model=xmod'], train.DEFAULTS)
+    cfg, _ = configurator.configure(['shakespeare_char_nanogpt', '--model=xmod'], train.DEFAULTS)
     mcfg = train.model_config(cfg, 84)
     assert mcfg.n_layer > 4 and xmod.capacity_k(mcfg.capacity, cfg.block_size) < cfg.block_size
-    cfg, _ = harness.configure(['shakespeare_char_nanogpt'], train.DEFAULTS)
+    cfg, _ = configurator.configure(['shakespeare_char_nanogpt'], train.DEFAULTS)
     assert train.model_config(cfg, 84).n_layer == 4 and train.model_config(cfg, 84).model == 'dense'
 
 
+def test_a_config_files_n_layer_is_explained_for_a_sparse_run(corpus, tmp_path, capsys):
+    """A dense config's n_layer = 6 under --model=xmod is the sparse model's own depth, FLOP-matched to the default
+    dense_layers = 4: one line says so and how to match a 6-layer dense model, and that advice does match it."""
+    dense6 = tmp_path / 'dense6.py'
+    dense6.write_text("n_layer = 6\n")
+    common = [f'--data_dir={corpus}', f'--out_dir={tmp_path / "out"}']
+    sparse = train.setup_run([str(dense6), '--model=xmod'] + common)
+    note = [line for line in capsys.readouterr().out.splitlines() if 'n_layer=6 (from the config file)' in line]
+    assert len(note) == 1 and 'dense_layers=4' in note[0] and '--dense_layers=6 --n_layer=0' in note[0], note
+    assert sparse.mcfg.n_layer == 6
+    advised = train.setup_run([str(dense6), '--model=xmod', '--dense_layers=6', '--n_layer=0'] + common)
+    dense = train.setup_run([str(dense6), '--model=dense'] + common)
+    assert dense.mcfg.n_layer == 6 and advised.mcfg.n_layer > 6 and abs(advised.fpt / dense.fpt - 1) <= 0.02
+    for args in (['--model=xmod', '--n_layer=6'], [str(dense6), '--model=mod', '--match_flops=False']):
+        train.setup_run(args + common)                    # n_layer from the command line; nothing FLOP-matched
+    assert 'from the config file' not in capsys.readouterr().out
+    seen = set()                                          # a later --n_layer takes the key back from the file
+    configurator.configure([str(dense6), '--n_layer=6'], train.DEFAULTS, from_file=seen)
+    assert seen == set()
+
+
 def test_stride_one_is_the_dense_model():
-    cfg, _ = harness.configure(['--model=xmod', '--stride=1'], train.DEFAULTS)
+    cfg, _ = configurator.configure(['--model=xmod', '--stride=1'], train.DEFAULTS)
     mcfg = train.model_config(cfg, 84)
-    dense = train.model_config(harness.configure(['--model=dense'], train.DEFAULTS)[0], 84)
+    dense = train.model_config(configurator.configure(['--model=dense'], train.DEFAULTS)[0], 84)
     assert xmod.layer_kinds(mcfg) == ['dense'] * 4 == xmod.layer_kinds(dense)
     assert xmod.flops_per_token(mcfg) == xmod.flops_per_token(dense)
 
@@ -563,7 +586,7 @@ def test_wsd_branch_equals_the_separate_run(corpus, tmp_path):
         info = read_json(branch)
         assert info['branch_of'] == {'checkpoint': f'{long}/ckpt_{at}.pt', 'step': at}
         assert info['final'] == read_json(alone)['final'] and info['n_iters'] == budget
-        a, b = (harness.load_checkpoint(os.path.join(d, 'ckpt.pt'))['model'] for d in (alone, branch))
+        a, b = (run_folder.load_checkpoint(os.path.join(d, 'ckpt.pt'))['model'] for d in (alone, branch))
         assert all(torch.equal(a[k], b[k]) for k in a)
         # the same command again finds the finished branch and leaves it as it is (sweep.py reruns commands)
         before = read_log(branch)
@@ -679,10 +702,10 @@ def test_bench_profiles_each_row():
 # CPU threads beside other processes (--threads=0)
 
 def test_threads_left_for_a_run_beside_other_processes():
-    assert harness.threads_left(2, 0.05, 2) == 2         # alone: every core
-    assert harness.threads_left(2, 0.7, 2) == 1          # one busy neighbour on 2 cores: one thread, no spinning
-    assert harness.threads_left(2, 2.0, 2) == 1          # never fewer than one
-    assert harness.threads_left(16, 3.2, 8) == 8         # never more than torch's own default
+    assert run_folder.threads_left(2, 0.05, 2) == 2         # alone: every core
+    assert run_folder.threads_left(2, 0.7, 2) == 1          # one busy neighbour on 2 cores: one thread, no spinning
+    assert run_folder.threads_left(2, 2.0, 2) == 1          # never fewer than one
+    assert run_folder.threads_left(16, 3.2, 8) == 8         # never more than torch's own default
 
 
 def test_cpu_threads_follow_a_busy_neighbour():
@@ -691,7 +714,7 @@ def test_cpu_threads_follow_a_busy_neighbour():
     before = torch.get_num_threads()                      # other test modules set 1 for the whole session
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else 1
     torch.set_num_threads(cpus)
-    share = harness.CPUThreads(every=1.0)
+    share = run_folder.CPUThreads(every=1.0)
     busy = None
     try:
         if share.seen is None or cpus < 2:
@@ -712,12 +735,12 @@ def test_train_gives_the_thread_count_back(corpus, tmp_path, monkeypatch, capsys
     """train.main in a caller's process: a change of thread count is printed, and whatever --threads did during
     the run, the caller's count is restored."""
     before = torch.get_num_threads()
-    monkeypatch.setattr(harness.CPUThreads, '__call__', lambda self: torch.set_num_threads(1) or 1)
+    monkeypatch.setattr(run_folder.CPUThreads, '__call__', lambda self: torch.set_num_threads(1) or 1)
     torch.set_num_threads(2)
     try:
         rc = train.main([f'--data_dir={corpus}', f'--out_dir={tmp_path / "t"}'] + TINY[:4] + ['--max_iters=2',
                         '--eval_interval=2', '--eval_tokens=256'])
         assert rc == 0 and torch.get_num_threads() == 2
-        assert 'step      0: CPU threads -> 1' in capsys.readouterr().out
+        assert 'step      1: CPU threads -> 1' in capsys.readouterr().out    # looked at after each step
     finally:
         torch.set_num_threads(before)

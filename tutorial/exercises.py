@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from harness import UserError, one_line, run_main  # noqa: E402
+from configurator import UserError, one_line, run_main  # noqa: E402
 
 WORKDIR = os.path.join(ROOT, 'tutorial', 'work')
 
@@ -208,8 +208,8 @@ _fresh = itertools.count()
 @contextlib.contextmanager
 def student(file, workdir):
     """Import workdir/file (or the repository's file when workdir has none) under a fresh module name, with workdir
-    then the repository first on sys.path: the copy's own imports (fit_law.py -> runs.py, harness.py, xmod.py) find
-    workdir's copies first. Afterwards sys.path and sys.modules are as they were, so checks do not leak."""
+    then the repository first on sys.path: the copy's own imports (fit_law.py -> runs.py -> run_folder.py, xmod.py)
+    find workdir's copies first. Afterwards sys.path and sys.modules are as they were, so checks do not leak."""
     path = os.path.join(workdir, file)
     path = path if os.path.isfile(path) else os.path.join(ROOT, file)
     ours = {f[:-3] for f in os.listdir(ROOT) if f.endswith('.py')}     # the modules a copy may shadow

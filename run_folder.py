@@ -1,202 +1,39 @@
 """
-harness.py: the machinery around a run that a reader of train.py does not need to see, shared by every script.
+run_folder.py: the run folder's machinery, which a reader of train.py does not need to see.
 
-  - the command line: module-level defaults, a config file, then --key=value, type-checked, with did-you-mean
-    and a --help that lists each key with the comment beside its default (`configure`)
-  - exit codes and the user-error type, and `run_main`, which turns them into one line on stderr
-  - the run folder: run.json, log.csv (its first columns, LOG_COLUMNS, are a contract fit_law.py reads) and
-    ckpt.pt, every write atomic; truncating the log on resume
-  - every random generator's state, for an exact resume; the git commit; device picking; on a CPU, the thread
-    count that other busy processes leave (`CPUThreads`, train.py's --threads=0)
+  - run.json, log.csv (its first columns, LOG_COLUMNS, are a contract fit_law.py reads) and ckpt.pt, every write
+    atomic; a new run's claim on its folder; truncating the log on resume
+  - every random generator's state, for an exact resume; the git commit; on a CPU, the thread count that other
+    busy processes leave (`CPUThreads`, train.py's --threads=0)
   - train.py's input checks (check_config), the merge of a checkpoint's config with a resume's command line
     (resume_config), and finding (or preparing) a dataset (find_data)
 """
-import builtins
 import contextlib
 import csv
-import difflib
+import glob
 import io
 import json
-import pickle
 import os
+import pickle
 import random
 import subprocess
-import sys
 import tempfile
 import time
-import tokenize
 import types
-from ast import literal_eval
 
 import numpy as np
 import torch
 
 import xmod
+from configurator import UserError, check_dtype, one_line
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-
-EXIT_OK, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 2, 3, 130
 
 RUN_FILES = ('run.json', 'log.csv', 'ckpt.pt')
 # The first columns of log.csv, in this order; the model's statistics follow them. fit_law.py (runs.py) reads these.
 LOG_COLUMNS = ('step', 'tokens', 'flops', 'lr', 'elapsed_s', 'tokens_per_s', 'train_loss', 'val_loss',
                'val_loss_causal')
 CKPT_KEYS = ('model', 'optimizer', 'config', 'model_args', 'step', 'rng', 'meta')
-
-
-class UserError(Exception):
-    """Bad input the user can fix: printed as one line on stderr, exit code 2, nothing on disk touched."""
-
-
-class LossDiverged(Exception):
-    """The loss became NaN or inf: exit code 3, the last good checkpoint is kept."""
-
-
-def one_line(e):
-    lines = str(e).strip().splitlines()
-    return lines[0] if lines else type(e).__name__
-
-
-def run_main(prog, fn, argv=None, interrupted=''):
-    """fn(argv) -> exit code, with UserError -> 2, LossDiverged -> 3, Ctrl-C -> 130, each as one line on stderr."""
-    if hasattr(sys.stdout, 'reconfigure'):
-        sys.stdout.reconfigure(line_buffering=True)     # a redirected log gets each line as it is printed
-    try:
-        return fn(sys.argv[1:] if argv is None else argv)
-    except UserError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except LossDiverged as e:
-        print(f"{prog}: {e}", file=sys.stderr)
-        return EXIT_DIVERGED
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted{'; ' + interrupted if interrupted else ''}", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    finally:
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# The command line: defaults, then a config file, then --key=value
-
-def defaults_of(namespace):
-    """The module-level settings of a script: every public bool, int, float or str defined above this call."""
-    return {k: v for k, v in namespace.items() if not k.startswith('_') and type(v) in (bool, int, float, str)
-            and not k.isupper()}
-
-
-def key_comments(path):
-    """{key: the comment on the line where a module-level `key = default` is assigned}, for --help."""
-    comments = {}
-    with contextlib.suppress(OSError, tokenize.TokenError, SyntaxError):
-        with open(path, 'rb') as f:
-            tokens = list(tokenize.tokenize(f.readline))
-        for i, tok in enumerate(tokens):
-            if (tok.type == tokenize.NAME and tok.start[1] == 0 and i + 1 < len(tokens)
-                    and tokens[i + 1].string == '='):
-                line = tok.start[0]
-                for t in tokens[i + 2:]:
-                    if t.start[0] != line:
-                        break
-                    if t.type == tokenize.COMMENT:
-                        comments[tok.string] = t.string.lstrip('#').strip()
-    return comments
-
-
-def usage(doc, defaults, source, files=True):
-    comments = key_comments(source) if source else {}
-    width = max(len(f"--{k}={v!r}") for k, v in defaults.items()) if defaults else 0
-    how = '; a config file as a bare argument sets them too' if files else ''
-    lines = [doc.strip(), '', f'options (--key=value{how}):']
-    for k, v in defaults.items():
-        lines.append(f"  {f'--{k}={v!r}':<{width}}  {comments.get(k, '')}".rstrip())
-    return '\n'.join(lines)
-
-
-def coerce(value, default, shown, cli):
-    """value (a string from the command line when cli, else a Python object from a config file) as the default's
-    type. int is accepted for float keys and an integral float (1e6) for int keys; bools are True/False/true/false/
-    1/0 on the command line, True/False in a config file."""
-    want = type(default)
-    if want is str:
-        if isinstance(value, str):
-            return value
-    else:
-        v = value
-        if cli:
-            with contextlib.suppress(ValueError, SyntaxError):
-                v = literal_eval(v.strip())
-        if want is bool:
-            if cli and isinstance(v, str) and v.lower() in ('true', 'false'):
-                return v.lower() == 'true'
-            if isinstance(v, bool) or (cli and type(v) is int and v in (0, 1)):
-                return bool(v)
-        elif want is int:
-            if type(v) is int:
-                return v
-            if type(v) is float and v.is_integer():
-                return int(v)
-        elif type(v) in (int, float):
-            return float(v)
-    raise UserError(f"{shown}: expected {want.__name__} (like the default {default!r})")
-
-
-def unknown_key(key, defaults, where):
-    best = difflib.get_close_matches(key, list(defaults), n=1, cutoff=0.0)
-    hint = f"; did you mean --{best[0]}?" if best else ''
-    return UserError(f"unknown key {key!r} {where}{hint}")
-
-
-def find_config_file(name, config_dir):
-    """A bare argument: a path, or a name under config/, with or without .py."""
-    for path in (name, name + '.py', os.path.join(config_dir, name), os.path.join(config_dir, name + '.py')):
-        if os.path.isfile(path):
-            return path
-    raise UserError(f"config file not found: {name} (looked for it as a path and under {config_dir})")
-
-
-def configure(argv, defaults, doc='', source=None, config_dir=os.path.join(ROOT, 'config'), files=True,
-              positional=None):
-    """argv -> (config namespace, set of keys given explicitly by a config file or the command line).
-    -h/--help prints doc and every key with its default and the comment beside it in `source`, then exits 0.
-    A bare argument is a config file (files=True), or is appended to the list `positional` when one is given."""
-    cfg, explicit = dict(defaults), set()
-    for arg in argv:
-        if arg in ('-h', '--help'):
-            print(usage(doc, defaults, source, files and positional is None))
-            sys.exit(EXIT_OK)
-        if not arg.startswith('--'):
-            if positional is not None:
-                positional.append(arg)
-                continue
-            if not files:
-                raise UserError(f"unexpected argument {arg!r}: options are --key=value (see --help)")
-            path = find_config_file(arg, config_dir)
-            ns = {'__file__': os.path.abspath(path)}
-            try:
-                with open(path) as f:
-                    exec(builtins.compile(f.read(), path, 'exec'), ns)   # `compile` is a key of train.py
-            except Exception as e:
-                raise UserError(f"config file {path}: {type(e).__name__}: {one_line(e)}") from None
-            for k, v in ns.items():
-                if k.startswith('_') or isinstance(v, (types.ModuleType, types.FunctionType, type)):
-                    continue          # imports and helpers a config file may use
-                if k not in defaults:
-                    raise unknown_key(k, defaults, f"in config file {path}")
-                cfg[k] = coerce(v, defaults[k], f"{k} = {v!r} in {path}", cli=False)
-                explicit.add(k)
-        else:
-            key, eq, value = arg[2:].partition('=')
-            if key not in defaults:
-                raise unknown_key(key, defaults, 'on the command line')
-            if not eq:
-                if type(defaults[key]) is not bool:
-                    raise UserError(f"{arg}: overrides are --key=value")
-                value = 'True'                              # a bare --flag turns a bool on
-            cfg[key] = coerce(value, defaults[key], arg, cli=True)
-            explicit.add(key)
-    return types.SimpleNamespace(**cfg), explicit
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -260,6 +97,26 @@ def never_checkpointed(out_dir):
     return run_state(out_dir) == 'partial' and not os.path.exists(os.path.join(out_dir, 'ckpt.pt'))
 
 
+def check_new_run(out_dir, overwrite):
+    """A new run into out_dir: refused when the folder holds a run, unless --overwrite or that run never reached its
+    first checkpoint (nothing to resume and nothing to keep: it is replaced, saying so)."""
+    held = [f for f in RUN_FILES if os.path.exists(os.path.join(out_dir, f))]
+    if held and not overwrite and never_checkpointed(out_dir):
+        print(f"{out_dir} holds a run that never reached its first checkpoint: replacing it")
+    elif held and not overwrite:
+        raise UserError(f"{out_dir} already holds a run ({', '.join(held)}): resume it with "
+                        f"--init_from=resume, pick another --out_dir, or replace it with --overwrite=True")
+
+
+def clear_run(out_dir):
+    """Remove the run that check_new_run let a new one replace: its files and its kept steps (ckpt_S.pt)."""
+    for f in RUN_FILES:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(out_dir, f))
+    for f in glob.glob(os.path.join(glob.escape(out_dir), 'ckpt_*.pt')):
+        os.remove(f)
+
+
 def clean_state_dict(state):
     """Checkpoints hold the raw model's weights. Files saved from a compiled or DDP-wrapped model (nanoGPT's bug)
     carry an '_orig_mod.' or 'module.' prefix on every key: strip them so those load too."""
@@ -287,7 +144,8 @@ def set_rng_state(s):
         torch.cuda.set_rng_state_all(s['cuda'])
 
 
-def read_log(path):
+def log_rows(path):
+    """(header, rows) of a log.csv as strings; (None, []) when there is none yet."""
     if not os.path.isfile(path):
         return None, []
     with open(path, newline='') as f:
@@ -298,7 +156,7 @@ def read_log(path):
 def truncate_log(path, last_step):
     """On resume: drop the rows after the checkpoint's step (written after it, before the kill) and any torn
     last line, so the resumed run appends without duplicates."""
-    header, rows = read_log(path)
+    header, rows = log_rows(path)
     if header is None:
         return
     n = len(header)
@@ -320,7 +178,7 @@ def truncate_log(path, last_step):
 def append_log(path, row):
     """Append one row; the header is written by the first row (LOG_COLUMNS, then the row's other keys, the
     statistics, in the model's order), and later rows follow the file's own header."""
-    header, _ = read_log(path)
+    header, _ = log_rows(path)
     new = header is None
     header = header or list(LOG_COLUMNS) + [k for k in row if k not in LOG_COLUMNS]
     with open(path, 'a', newline='') as f:
@@ -345,23 +203,7 @@ def git_commit():
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Devices
-
-def pick_device(name, local_rank=None):
-    """'' picks cuda, then mps, then cpu; under DDP each rank takes cuda:local_rank."""
-    if not name:
-        name = 'cuda' if torch.cuda.is_available() else 'mps' if torch.backends.mps.is_available() else 'cpu'
-    kind = name.split(':')[0]
-    if kind not in ('cpu', 'cuda', 'mps'):
-        raise UserError(f"--device={name!r}: expected '' (auto) | cpu | cuda | cuda:N | mps")
-    if kind == 'cuda' and not torch.cuda.is_available():
-        raise UserError(f"--device={name}: no CUDA device is available (leave --device empty to pick one)")
-    if kind == 'mps' and not torch.backends.mps.is_available():
-        raise UserError(f"--device={name}: MPS is not available (leave --device empty to pick one)")
-    if kind == 'cuda' and local_rank is not None:
-        name = f'cuda:{local_rank}'        # DDP: one GPU per rank
-    return name
-
+# On a CPU: the threads that other processes leave
 
 def threads_left(cpus, others, most):
     """The thread count for a CPU run: the CPUs that other processes leave free (others: how many CPUs' worth of
@@ -372,9 +214,9 @@ def threads_left(cpus, others, most):
 class CPUThreads:
     """train.py's --threads=0 on a CPU: give torch the cores that other processes leave free, looked at every
     `every` seconds. OpenMP's threads spin-wait for each other at every barrier (libgomp: 300,000 spins); with
-    another busy process on one of the cores that spinning becomes most of the time (a run beside one took 3x as
-    long with 2 threads, 1.5x with 1; README, Speed). The others' use is the CPU time of this process's CPUs
-    (/proc/stat) minus this process's own (os.times). Linux only; elsewhere it never changes anything."""
+    another busy process on one of the cores that spinning becomes most of the time (README, Speed). The others'
+    use is the CPU time of this process's CPUs (/proc/stat) minus this process's own (os.times). Linux only;
+    elsewhere it never changes anything."""
 
     def __init__(self, every=2.0):
         self.most = torch.get_num_threads()           # torch's default, or OMP_NUM_THREADS: never more
@@ -428,7 +270,6 @@ def cpu_threads(device_type, threads):
 # and every other key from the checkpoint unless the command line sets it.
 SESSION_KEYS = ('out_dir', 'init_from', 'overwrite', 'stop_iter', 'log_interval', 'device', 'dtype', 'compile',
                 'backend', 'threads')
-DTYPES = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}
 INIT_MODES = ('scratch', 'resume', 'auto')       # or a path to a kept checkpoint (ckpt_S.pt): a branch
 LR_SCHEDULES = ('cosine', 'wsd', 'constant')
 
@@ -460,7 +301,7 @@ def check_config(cfg, world_size, explicit):
          f"{cfg.min_lr / cfg.learning_rate:.3g}x; set --min_lr too (about learning_rate/10)")
     need(0 <= cfg.beta1 < 1 and 0 <= cfg.beta2 < 1, "--beta1 and --beta2: expected numbers in [0, 1)")
     need(cfg.threads >= 0, f"--threads={cfg.threads}: expected 0 (auto) or a number of CPU threads >= 1")
-    need(cfg.dtype in ('',) + tuple(DTYPES), f"--dtype={cfg.dtype!r}: expected '' (auto) | {' | '.join(DTYPES)}")
+    check_dtype(cfg.dtype)
     need(cfg.gradient_accumulation_steps % world_size == 0,
          f"--gradient_accumulation_steps={cfg.gradient_accumulation_steps} is not a multiple of the world size "
          f"{world_size}: it counts micro-batches over all ranks, each rank runs an equal share")

@@ -1,0 +1,221 @@
+"""
+configurator.py: the command line of every script, as nanoGPT's configurator.py: module-level defaults, then a config
+file (a path, or a name under config/), then --key=value, each checked against its default's type, with did-you-mean
+and a --help that lists each key with the comment beside its default (`configure`). Also the exit codes and the
+user-error type, `run_main`, which turns them into one line on stderr, and what --device and --dtype become.
+"""
+import builtins
+import contextlib
+import difflib
+import os
+import sys
+import tokenize
+import types
+from ast import literal_eval
+
+import torch
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 2, 3, 130
+
+
+class UserError(Exception):
+    """Bad input the user can fix: printed as one line on stderr, exit code 2, nothing on disk touched."""
+
+
+class LossDiverged(Exception):
+    """The loss became NaN or inf: exit code 3, the last good checkpoint is kept."""
+
+
+def one_line(e):
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
+
+
+def run_main(prog, fn, argv=None, interrupted=''):
+    """fn(argv) -> exit code, with UserError -> 2, LossDiverged -> 3, Ctrl-C -> 130, each as one line on stderr."""
+    if hasattr(sys.stdout, 'reconfigure'):
+        sys.stdout.reconfigure(line_buffering=True)     # a redirected log gets each line as it is printed
+    try:
+        return fn(sys.argv[1:] if argv is None else argv)
+    except UserError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except LossDiverged as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return EXIT_DIVERGED
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted{'; ' + interrupted if interrupted else ''}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The command line: defaults, then a config file, then --key=value
+
+def defaults_of(namespace):
+    """The module-level settings of a script: every public bool, int, float or str defined above this call."""
+    return {k: v for k, v in namespace.items() if not k.startswith('_') and type(v) in (bool, int, float, str)
+            and not k.isupper()}
+
+
+def key_comments(path):
+    """{key: the comment on the line where a module-level `key = default` is assigned}, for --help."""
+    comments = {}
+    with contextlib.suppress(OSError, tokenize.TokenError, SyntaxError):
+        with open(path, 'rb') as f:
+            tokens = list(tokenize.tokenize(f.readline))
+        for i, tok in enumerate(tokens):
+            if (tok.type == tokenize.NAME and tok.start[1] == 0 and i + 1 < len(tokens)
+                    and tokens[i + 1].string == '='):
+                line = tok.start[0]
+                for t in tokens[i + 2:]:
+                    if t.start[0] != line:
+                        break
+                    if t.type == tokenize.COMMENT:
+                        comments[tok.string] = t.string.lstrip('#').strip()
+    return comments
+
+
+def usage(doc, defaults, source, files=True):
+    comments = key_comments(source) if source else {}
+    width = max(len(f"--{k}={v!r}") for k, v in defaults.items()) if defaults else 0
+    how = '; a config file as a bare argument sets them too' if files else ''
+    lines = [doc.strip(), '', f'options (--key=value{how}):']
+    for k, v in defaults.items():
+        lines.append(f"  {f'--{k}={v!r}':<{width}}  {comments.get(k, '')}".rstrip())
+    return '\n'.join(lines)
+
+
+def coerce(value, default, shown, cli):
+    """value (a string from the command line when cli, else a Python object from a config file) as the default's
+    type. int is accepted for float keys and an integral float (1e6) for int keys; bools are True/False/true/false/
+    1/0 on the command line, True/False in a config file."""
+    want = type(default)
+    if want is str:
+        if isinstance(value, str):
+            return value
+    else:
+        v = value
+        if cli:
+            with contextlib.suppress(ValueError, SyntaxError):
+                v = literal_eval(v.strip())
+        if want is bool:
+            if cli and isinstance(v, str) and v.lower() in ('true', 'false'):
+                return v.lower() == 'true'
+            if isinstance(v, bool) or (cli and type(v) is int and v in (0, 1)):
+                return bool(v)
+        elif want is int:
+            if type(v) is int:
+                return v
+            if type(v) is float and v.is_integer():
+                return int(v)
+        elif type(v) in (int, float):
+            return float(v)
+    raise UserError(f"{shown}: expected {want.__name__} (like the default {default!r})")
+
+
+def unknown_key(key, defaults, where):
+    best = difflib.get_close_matches(key, list(defaults), n=1, cutoff=0.0)
+    hint = f"; did you mean --{best[0]}?" if best else ''
+    return UserError(f"unknown key {key!r} {where}{hint}")
+
+
+def find_config_file(name, config_dir):
+    """A bare argument: a path, or a name under config/, with or without .py."""
+    for path in (name, name + '.py', os.path.join(config_dir, name), os.path.join(config_dir, name + '.py')):
+        if os.path.isfile(path):
+            return path
+    raise UserError(f"config file not found: {name} (looked for it as a path and under {config_dir})")
+
+
+def configure(argv, defaults, doc='', source=None, config_dir=os.path.join(ROOT, 'config'), files=True,
+              positional=None, from_file=None):
+    """argv -> (config namespace, set of keys given explicitly by a config file or the command line).
+    -h/--help prints doc and every key with its default and the comment beside it in `source`, then exits 0.
+    A bare argument is a config file (files=True), or is appended to the list `positional` when one is given.
+    The set `from_file`, when given, gets the keys whose value a config file set (and no later --key=value)."""
+    from_file = set() if from_file is None else from_file
+    cfg, explicit = dict(defaults), set()
+    for arg in argv:
+        if arg in ('-h', '--help'):
+            print(usage(doc, defaults, source, files and positional is None))
+            sys.exit(EXIT_OK)
+        if not arg.startswith('--'):
+            if positional is not None:
+                positional.append(arg)
+                continue
+            if not files:
+                raise UserError(f"unexpected argument {arg!r}: options are --key=value (see --help)")
+            path = find_config_file(arg, config_dir)
+            ns = {'__file__': os.path.abspath(path)}
+            try:
+                with open(path) as f:
+                    exec(builtins.compile(f.read(), path, 'exec'), ns)   # `compile` is a key of train.py
+            except Exception as e:
+                raise UserError(f"config file {path}: {type(e).__name__}: {one_line(e)}") from None
+            for k, v in ns.items():
+                if k.startswith('_') or isinstance(v, (types.ModuleType, types.FunctionType, type)):
+                    continue          # imports and helpers a config file may use
+                if k not in defaults:
+                    raise unknown_key(k, defaults, f"in config file {path}")
+                cfg[k] = coerce(v, defaults[k], f"{k} = {v!r} in {path}", cli=False)
+                explicit.add(k)
+                from_file.add(k)
+        else:
+            key, eq, value = arg[2:].partition('=')
+            if key not in defaults:
+                raise unknown_key(key, defaults, 'on the command line')
+            if not eq:
+                if type(defaults[key]) is not bool:
+                    raise UserError(f"{arg}: overrides are --key=value")
+                value = 'True'                              # a bare --flag turns a bool on
+            cfg[key] = coerce(value, defaults[key], arg, cli=True)
+            explicit.add(key)
+            from_file.discard(key)
+    return types.SimpleNamespace(**cfg), explicit
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Devices: what --device and --dtype become
+
+def pick_device(name, local_rank=None):
+    """'' picks cuda, then mps, then cpu; under DDP each rank takes cuda:local_rank."""
+    if not name:
+        name = 'cuda' if torch.cuda.is_available() else 'mps' if torch.backends.mps.is_available() else 'cpu'
+    kind = name.split(':')[0]
+    if kind not in ('cpu', 'cuda', 'mps'):
+        raise UserError(f"--device={name!r}: expected '' (auto) | cpu | cuda | cuda:N | mps")
+    if kind == 'cuda' and not torch.cuda.is_available():
+        raise UserError(f"--device={name}: no CUDA device is available (leave --device empty to pick one)")
+    if kind == 'mps' and not torch.backends.mps.is_available():
+        raise UserError(f"--device={name}: MPS is not available (leave --device empty to pick one)")
+    if kind == 'cuda' and local_rank is not None:
+        name = f'cuda:{local_rank}'        # DDP: one GPU per rank
+    return name
+
+
+DTYPES = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}
+ANY_DTYPE = ('',) + tuple(DTYPES)              # '' = auto
+
+
+def check_dtype(name, choices=ANY_DTYPE):
+    if name not in choices:
+        shown = ' | '.join("'' (auto)" if c == '' else c for c in choices)
+        raise UserError(f"--dtype={name!r}: expected {shown}")
+
+
+def autocast(name, device_type, cuda_fallback='float16', choices=ANY_DTYPE):
+    """--dtype -> (the dtype's name, the context forward passes run in: autocast to it, none for float32).
+    '' = auto: bfloat16 on a CUDA device that has it, cuda_fallback on one that lacks it, float32 elsewhere.
+    train.py falls back to float16, which its grad scaler keeps trainable (nanoGPT's choice); sample.py to float32,
+    since a model trained in another dtype need not fit float16's range."""
+    check_dtype(name, choices)
+    dtype = name or ('float32' if device_type != 'cuda' else
+                     'bfloat16' if torch.cuda.is_bf16_supported() else cuda_fallback)
+    ctx = contextlib.nullcontext() if dtype == 'float32' else torch.autocast(device_type=device_type,
+                                                                             dtype=DTYPES[dtype])
+    return dtype, ctx
