@@ -3,8 +3,8 @@ Fit the X-MoD scaling law from a sweep of finished training runs.
 
     python fit_law.py RUNS... --out DIR [--holdout FILTER]... [--metric val_loss_causal|val_loss] [--bootstrap 200]
 
-RUNS: run directories, globs of them, or folders with runs below them, read by runs.py (what it accepts: README,
-"Fitting the law: inputs fit_law.py accepts"). Two laws, for the reasons in README, "Our reading of the paper":
+RUNS: run directories, globs of them, or folders with runs below them, read by runs.py (what it accepts:
+docs/fit_law.md). Two laws, for the reasons in docs/design.md, "The law":
 
 1. Dense runs: Chinchilla's L(N, D) = E + A/N^alpha + B/D^beta, N = params_total (non-embedding), D = final tokens.
    The corrected Chinchilla procedure: float64, Huber loss (delta 1e-3) on log L summed over runs, log L =
@@ -576,7 +576,7 @@ def run_row(r):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0].strip(), epilog='What fit_law.py accepts and '
-                                'refuses: README.md, "Fitting the law: inputs fit_law.py accepts".')
+                                'refuses: docs/fit_law.md.')
     p.add_argument('runs', nargs='+', help='run directories, globs of them, or folders holding run directories')
     p.add_argument('--out', required=True, help='output directory (created)')
     p.add_argument('--holdout', action='append', metavar='FILTER', help='runs to leave out of both fits and predict: '

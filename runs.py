@@ -2,7 +2,7 @@
 runs.py: a sweep's finished runs as fit_law.py needs them: run.json and log.csv read and checked against train.py's
 contract, duplicates refused, sparse runs paired with FLOP-matched dense partners, --holdout filters applied. A run's
 model is what xmod.GPTConfig makes of it (family defaults, layout), so no rule of the model is restated here. Bad
-input raises configurator.UserError (one line, exit 2); the list: README, "Fitting the law: inputs fit_law.py accepts".
+input raises configurator.UserError (one line, exit 2); the list: docs/fit_law.md.
 """
 
 import csv
@@ -30,7 +30,7 @@ USED_COLUMNS = ('step', 'tokens', 'flops', 'val_loss', 'val_loss_causal')  # the
 # config keys that cannot change a run's result: two runs differing only in these are the same experiment
 IGNORE_KEYS = ('out_dir', 'init_from', 'log_interval', 'compile', 'device', 'overwrite', 'stop_iter', 'dtype',
                'backend', 'eval_interval', 'data_dir', 'threads', 'save_steps')
-# pairing tolerances: the same training tokens, and match_flops' 2% (README, "Our reading of the paper", The law)
+# pairing tolerances: the same training tokens, and match_flops' 2% (docs/design.md, The law)
 TOKENS_TOL = 0.01
 FPT_TOL = 0.02
 

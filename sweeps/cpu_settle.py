@@ -8,7 +8,7 @@ unless said). About two hours on 2 CPU cores (2 runs at a time); resumable like 
    at T=256, so a standard error of 0.0049 and 0.0034; 0.003 needs about 16 and 8 seeds. Seeds 6-15 at T=128 and
    6-7 at T=256.
 2. Fixes, paired by seed with the reference X-MoD (seeds 0-2 at 2M tokens, seed 0 at 4M), each one knob away from it
-   (README, "Why the gain fades"): the causal threshold as each step's own quantile (router_momentum=0), a 10x
+   (docs/results.md, "Why the gain fades"): the causal threshold as each step's own quantile (router_momentum=0), a 10x
    heavier router BCE (router_aux=1.0), a penalty on the routers' squared scores (router_zloss=0.01).
 """
 import os

@@ -1,8 +1,7 @@
 """
 Tests for fit_law.py (and runs.py, report.py) on synthetic run directories written exactly like train.py's
 (run.json + log.csv), and on the committed results/cpu_small. Fast: the dense fits use few bootstrap resamples, and
-only a few tests go through a subprocess. Together they state what fit_law.py accepts and refuses (README, "Fitting
-the law: inputs fit_law.py accepts").
+only a few tests go through a subprocess. Together they state what fit_law.py accepts and refuses (docs/fit_law.md).
 """
 
 import json
@@ -449,7 +448,7 @@ def same_numbers(new, old, where='fit.json'):
 @pytest.mark.parametrize('fit, holdout', [('results/cpu_small', 'stride==8'),
                                           ('results/cpu_small/holdout_budget', 'tokens==max_tokens_all')])
 def test_committed_fit_is_reproduced(tmp_path, capsys, monkeypatch, fit, holdout):
-    """The README's commands on the committed runs give the committed fit.json (its intervals need the 200-resample
+    """docs/results.md's commands on the committed runs give the committed fit.json (its intervals need the 200-resample
     bootstrap: minutes, so they are left out here)."""
     monkeypatch.chdir(ROOT)  # fit.json records the run directories as given
     code, err = run_main(capsys, 'results/cpu_small/runs', '--out', str(tmp_path), '--holdout', holdout,
@@ -525,7 +524,7 @@ def test_holdout_namespace(tmp_path):
                                      ("model=='xmod' and stride==8", 12), ("gate='plain'", 2),
                                      ('seed > 0 and model == "dense"', 3), ('model=xmod, stride!=8, capacity<0.2', 12 + 4)])
 def test_readme_filters(tmp_path, filt, n):
-    """The filters the README and --help show, and the other operators."""
+    """The filters docs/fit_law.md and --help show, and the other operators."""
     make_sweep(tmp_path)
     runs = load_runs([str(tmp_path)])
     mark_heldout([filt], runs)

