@@ -214,7 +214,7 @@ def threads_left(cpus, others, most):
 class CPUThreads:
     """train.py's --threads=0 on a CPU: give torch the cores that other processes leave free, looked at every
     `every` seconds. OpenMP's threads spin-wait for each other at every barrier (libgomp: 300,000 spins); with
-    another busy process on one of the cores that spinning becomes most of the time (README, Speed). The others'
+    another busy process on one of the cores that spinning becomes most of the time (docs/speed.md). The others'
     use is the CPU time of this process's CPUs (/proc/stat) minus this process's own (os.times). Linux only;
     elsewhere it never changes anything."""
 

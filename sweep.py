@@ -13,7 +13,7 @@ A sweep file defines `name` (the results folder: results/<name>/runs/<run>), `jo
 (train.py overrides shared by all runs) and `runs` (a list of dicts: a 'name' plus train.py overrides). A run with
 its own init_from=PATH/ckpt_S.pt is a branch of a kept step of another run (train.py, WSD budgets).
 On a CPU, `jobs` runs share the cores one thread each (OMP_NUM_THREADS = cores // jobs): two 1-thread runs get
-more done than one 2-thread run on a 2-core machine (README, Speed), and never more threads than cores.
+more done than one 2-thread run on a 2-core machine (docs/speed.md), and never more threads than cores.
 """
 import os
 import runpy

@@ -101,9 +101,9 @@ min_lr = 1e-4               # ~ learning_rate/10 (Chinchilla); set it together w
 # system
 device = ''                 # '' = auto: cuda, then mps, then cpu
 dtype = ''                  # '' = auto: bfloat16 autocast on CUDA (float16 without bf16 support), float32 elsewhere
-compile = False             # torch.compile: on a GPU; on a CPU, only long runs gain (README, Speed)
+compile = False             # torch.compile: on a GPU; on a CPU, only long runs gain (docs/speed.md)
 backend = ''                # DDP backend, '' = nccl on GPU, gloo on CPU
-threads = 0                 # CPU threads; 0 = the cores other processes leave free, looked at every 2 s (README, Speed)
+threads = 0                 # CPU threads; 0 = the cores other processes leave free, looked at every 2 s (docs/speed.md)
 seed = 1337                 # initial weights, data order and dropout
 # -----------------------------------------------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())

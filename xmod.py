@@ -346,8 +346,8 @@ class Router(nn.Module):
     @torch.no_grad()
     def update_threshold(self, r, k):
         """Track the batch's (1 - c) score quantile: the cut between its (B*k)-th and (B*k+1)-th highest scores.
-        A fixed sigmoid(r) > 0.5 would keep far fewer than c of the tokens at small capacity (the README's "Our
-        reading of the paper", causal routing)."""
+        A fixed sigmoid(r) > 0.5 would keep far fewer than c of the tokens at small capacity (docs/design.md,
+        causal routing)."""
         cut, _ = topk_cut(r.detach().flatten(), r.size(0) * k)
         self.thr_sum.mul_(self.momentum).add_((1 - self.momentum) * cut)
         self.thr_steps.add_(1)
@@ -730,7 +730,7 @@ class GPT(nn.Module):
                 continue
             (decay if p.dim() >= 2 and 'router.weight' not in name else no_decay).append(p)
         groups = [{'params': decay, 'weight_decay': weight_decay}, {'params': no_decay, 'weight_decay': 0.0}]
-        # fused: one kernel over all parameters instead of a dozen small ops per tensor, on a CPU too (README, Speed)
+        # fused: one kernel over all parameters instead of a dozen small ops per tensor, on a CPU too (docs/speed.md)
         fused = device_type in ('cuda', 'cpu')
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
 
