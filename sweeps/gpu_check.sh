@@ -31,6 +31,7 @@ if [ "${GPU_CHECK_SMOKE:-0}" = 1 ]; then        # CPU, toy sizes: checks the scr
     BENCH="--device=cpu --dtype=bfloat16 --contexts=40 --n_embd=32 --n_head=2 --steps=1 --rounds=1 --prompt=8
         --new_tokens=8 --extras=False --phases=train,decode_b1"
     BENCH_768="$BENCH --phases=train"; NEW_TOKENS=20; DDP_ITERS=2; NPROC_DEV=cpu
+    LIMIT_SCALE=6                                # the limits are the GPU's; a busy 2-core CPU is slower
 else
     DEV=cuda; TRAIN_ARGS="--max_iters=2000 --eval_interval=500"; COMPILE=True; TESTS_K="not train and not bench"
     BENCH="--device=cuda --dtype=bfloat16 --compile=True --contexts=1024 --rounds=2 --extras=False"
@@ -39,7 +40,7 @@ else
 fi
 
 step() {   # step NAME LIMIT_S COMMAND...: run it with a time limit, its output in OUT/NAME.txt, one summary line
-    local name=$1 limit=$2; shift 2
+    local name=$1 limit=$(( $2 * ${LIMIT_SCALE:-1} )); shift 2
     local t0=$SECONDS
     timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1
     local rc=$?
