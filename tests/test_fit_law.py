@@ -797,6 +797,25 @@ def test_lr_sweep_tables_the_best_rates_and_both_deltas(tmp_path, capsys):
     assert '(grid edge)' in (tmp_path / 'out' / 'lr.md').read_text()
 
 
+def test_lr_sweep_keeps_each_schedule_its_own_arm(tmp_path):
+    """A WSD run (or branch) and a cosine run of the same budget, rate and seed are different arms, each paired with
+    the dense run of its own schedule: Delta per schedule, never a WSD run against a cosine partner."""
+    import lr_sweep
+    xmod = dict(model='xmod', n_layer=12, stride=4, capacity=0.125, params_total=3e6, params_active=1e6,
+                flops_per_token=1.01 * (2.0 * 12 * 4 * N_EMBD ** 2 + 4 * 128 * N_EMBD * 4))
+    losses = {'cosine': (3.00, 3.02), 'wsd': (2.90, 2.95)}               # (dense, xmod)
+    for schedule, (ld, ls) in losses.items():
+        make_run(tmp_path, f'dense_{schedule}', loss=ld, learning_rate=4e-3, lr_schedule=schedule)
+        make_run(tmp_path, f'xmod_{schedule}', loss=ls, learning_rate=4e-3, lr_schedule=schedule, **xmod)
+    assert lr_sweep.main([str(tmp_path), '--out', str(tmp_path / 'out')]) == 0
+    result = json.load(open(tmp_path / 'out' / 'lr.json'))
+    assert sorted((a['variant'], a['schedule']) for a in result['arms']) == [
+        ('dense', 'cosine'), ('dense', 'wsd'), ('xmod', 'cosine'), ('xmod', 'wsd')]
+    deltas = {d['schedule']: d['tuned']['mean'] for d in result['deltas']}
+    assert deltas == pytest.approx({'cosine': 0.02, 'wsd': 0.05})
+    assert '| xmod | 128 | 128 | 1,048,576 | wsd |' in (tmp_path / 'out' / 'lr.md').read_text()
+
+
 # -----------------------------------------------------------------------------
 # the joint law (joint_law.py): dense and X-MoD losses in one law whose rho = 1 limit is the dense law
 
