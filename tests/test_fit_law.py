@@ -32,7 +32,7 @@ def dense_loss(N, D, p=TRUE_DENSE):
 
 def make_run(root, name, model='dense', n_layer=4, stride=1, capacity=1.0, block_size=128, seed=0, tokens=2 ** 20,
              params_total=None, params_active=None, flops_per_token=None, loss=3.0, loss_topk=None, finished=True,
-             gate='variance', balance=0.01, n_evals=5, **config_extra):
+             gate='variance', balance=None, n_evals=5, **config_extra):
     """Write RUN_DIR/run.json and RUN_DIR/log.csv per the contract; return the directory."""
     d = os.path.join(str(root), name)
     os.makedirs(d, exist_ok=True)
@@ -701,6 +701,8 @@ def test_model_is_read_through_xmod(tmp_path):
     assert runs['mod']['stride'] == 2 and runs['mod']['variant'] == 'mod' and runs['mod']['config']['gate'] == 'plain'
     assert runs['x']['stride'] == 4 and runs['x']['variant'] == 'xmod-plain-nobal'
     assert runs['x']['config']['gate'] == 'plain'  # what --holdout sees
+    make_run(tmp_path, 'b', model='xmod', n_layer=12, stride=4, capacity=0.125, balance=0.5)
+    assert {r['name']: r['variant'] for r in load_runs([str(tmp_path)])}['b'] == 'xmod-bal0.5'   # not X-MoD itself
 
 
 def test_router_knob_ablations_are_named_and_kept_out_of_the_law(tmp_path):
