@@ -4,7 +4,8 @@ learning-rate sweep (sweeps/cpu_lr.py).
 
     python lr_sweep.py results/cpu_lr/runs --out results/cpu_lr        # lr.json, lr.md, lr_vs_loss.png
 
-An arm is a family variant (dense, xmod, ...) at one width, context and budget. For each arm: its final loss at
+An arm is a family variant (dense, xmod, ...) at one width, context, budget and learning-rate schedule (a WSD
+branch counts as the WSD run of its budget, which it equals). For each arm: its final loss at
 every peak rate (seed 0), its best rate (the lowest seed-0 loss, the rule the sweep used to place its seeds), and
 the seeds' mean and standard error there. Delta = sparse - dense at the same width, context and budget, paired by
 seed: with each arm at its own best rate (the fair comparison) and with both at each shared rate. The metric is
@@ -25,11 +26,11 @@ from runs import METRICS, load_runs  # noqa: E402
 
 
 def arms(runs, metric):
-    """{(variant, n_embd, T, tokens): {lr: {seed: loss}}}."""
+    """{(variant, n_embd, T, tokens, schedule): {lr: {seed: loss}}}."""
     out = defaultdict(lambda: defaultdict(dict))
     for r in runs:
-        out[(r['variant'], r['n_embd'], r['T'], r['tokens'])][r['config']['learning_rate']][r['seed']] = \
-            r['loss'][metric]
+        key = (r['variant'], r['n_embd'], r['T'], r['tokens'], r['config'].get('lr_schedule', 'cosine'))
+        out[key][r['config']['learning_rate']][r['seed']] = r['loss'][metric]
     return out
 
 
@@ -53,7 +54,7 @@ def analyse(runs, metric):
     table = arms(runs, metric)
     result = {'metric': metric, 'arms': [], 'deltas': []}
     best = {}
-    for key in sorted(table, key=lambda k: (k[1], k[2], k[3], k[0] != 'dense', k[0])):
+    for key in sorted(table, key=lambda k: (k[4], k[1], k[2], k[3], k[0] != 'dense', k[0])):
         by_lr = table[key]
         grid = sorted(lr for lr in by_lr if 0 in by_lr[lr])
         if not grid:
@@ -62,17 +63,18 @@ def analyse(runs, metric):
         m, se, n = mean_se(list(by_lr[lr_best].values()))
         edge = len(grid) > 1 and lr_best in (grid[0], grid[-1])
         best[key] = lr_best
-        variant, width, T, tokens = key
-        result['arms'].append(dict(variant=variant, n_embd=width, T=T, tokens=tokens, lrs=grid,
+        variant, width, T, tokens, schedule = key
+        result['arms'].append(dict(variant=variant, n_embd=width, T=T, tokens=tokens, schedule=schedule, lrs=grid,
                                    loss=[by_lr[lr][0] for lr in grid], best_lr=lr_best, best_at_edge=edge,
                                    best_mean=m, best_se=se, best_seeds=n))
     for key, lr_s in best.items():
-        variant, width, T, tokens = key
-        dkey = ('dense', width, T, tokens)
+        variant, width, T, tokens, schedule = key
+        dkey = ('dense', width, T, tokens, schedule)
         if variant == 'dense' or dkey not in best:
             continue
         sparse, dense = table[key], table[dkey]
-        row = dict(variant=variant, n_embd=width, T=T, tokens=tokens, lr_sparse=lr_s, lr_dense=best[dkey],
+        row = dict(variant=variant, n_embd=width, T=T, tokens=tokens, schedule=schedule, lr_sparse=lr_s,
+                   lr_dense=best[dkey],
                    tuned=paired_delta(sparse[lr_s], dense[best[dkey]]),
                    shared={lr: paired_delta(sparse[lr], dense[lr]) for lr in sorted(set(sparse) & set(dense))})
         result['deltas'].append(row)
@@ -87,18 +89,21 @@ def fmt_delta(d):
 
 def to_markdown(result):
     lines = [f"# Learning rate per arm ({result['metric']})", '',
-             '| arm | width | T | tokens | loss at each peak rate (seed 0) | best rate | at the best: mean ± SE (seeds) |',
-             '|---|---|---|---|---|---|---|']
+             '| arm | width | T | tokens | schedule | loss at each peak rate (seed 0) | best rate | at the best: mean ± SE '
+             '(seeds) |', '|---|---|---|---|---|---|---|---|']
     for a in result['arms']:
         losses = ', '.join(f"{lr:g}: {v:.4f}" for lr, v in zip(a['lrs'], a['loss']))
         se = f" ± {a['best_se']:.4f}" if a['best_se'] is not None else ''
-        lines.append(f"| {a['variant']} | {a['n_embd']} | {a['T']} | {int(a['tokens']):,} | {losses} | {a['best_lr']:g}"
+        lines.append(f"| {a['variant']} | {a['n_embd']} | {a['T']} | {int(a['tokens']):,} | {a['schedule']} | {losses} | "
+                     f"{a['best_lr']:g}"
                      f"{' (grid edge)' if a['best_at_edge'] else ''} | {a['best_mean']:.4f}{se} ({a['best_seeds']}) |")
     lines += ['', 'Delta = sparse - dense, paired by seed (negative: the sparse model is better).', '',
-              '| sparse | width | T | tokens | each at its best rate | Delta at each shared rate |', '|---|---|---|---|---|---|']
+              '| sparse | width | T | tokens | schedule | each at its best rate | Delta at each shared rate |',
+              '|---|---|---|---|---|---|---|']
     for d in result['deltas']:
         shared = '; '.join(f"{lr:g}: {fmt_delta(v)}" for lr, v in d['shared'].items())
-        lines.append(f"| {d['variant']} | {d['n_embd']} | {d['T']} | {int(d['tokens']):,} | {fmt_delta(d['tuned'])} "
+        lines.append(f"| {d['variant']} | {d['n_embd']} | {d['T']} | {int(d['tokens']):,} | {d['schedule']} | "
+                     f"{fmt_delta(d['tuned'])} "
                      f"(sparse {d['lr_sparse']:g}, dense {d['lr_dense']:g}) | {shared} |")
     return '\n'.join(lines) + '\n'
 
@@ -107,11 +112,15 @@ def plot(result, path):
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    panels = sorted({(a['n_embd'], a['T'], a['tokens']) for a in result['arms']})
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.8), squeeze=False)
-    for ax, (width, T, tokens) in zip(axes[0], panels):
+    panels = sorted({(a['n_embd'], a['T'], a['tokens'], a['schedule']) for a in result['arms']})
+    cols = min(4, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.8 * rows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.axis('off')
+    for ax, (width, T, tokens, schedule) in zip(axes.flat, panels):
         for a in result['arms']:
-            if (a['n_embd'], a['T'], a['tokens']) != (width, T, tokens):
+            if (a['n_embd'], a['T'], a['tokens'], a['schedule']) != (width, T, tokens, schedule):
                 continue
             c = 'black' if a['variant'] == 'dense' else 'tab:blue'
             ax.plot(a['lrs'], a['loss'], 'o-', c=c, label=f"{a['variant']} (seed 0)")
@@ -122,7 +131,8 @@ def plot(result, path):
         lrs = sorted({lr for a in result['arms'] if a['n_embd'] == width for lr in a['lrs']})
         ax.set_xticks(lrs, [f'{lr:g}' for lr in lrs])
         ax.minorticks_off()
-        ax.set(xlabel='peak learning rate', ylabel=result['metric'], title=f'width {width}, T={T}, {tokens / 1e6:.3g}M tokens')
+        ax.set(xlabel='peak learning rate', ylabel=result['metric'],
+               title=f'width {width}, T={T}, {tokens / 1e6:.3g}M tokens, {schedule}')
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -126,15 +126,18 @@ def model_of(meta, path):
         raise UserError(f'{path}: {src}: {e}')
 
 
+XMOD_BALANCE = xmod.GPTConfig(model='xmod').balance               # X-MoD's own depth-balance coefficient
 ROUTER_KNOBS = ('router_aux', 'router_momentum', 'router_zloss')   # a run with one off its default is a fix, not X-MoD
 
 
 def variant(mc):
     """The family, with X-MoD's ablations told apart: 'xmod' is the full recipe; a router knob away from its default
-    is named with its value (e.g. 'xmod-mom0' for the per-step quantile threshold), so the law never mixes them in."""
+    is named with its value (e.g. 'xmod-mom0' for the per-step quantile threshold), and so is a depth-balance
+    coefficient other than X-MoD's ('xmod-nobal', 'xmod-bal0.5'), so the law never mixes them in."""
     if mc.model != 'xmod':
         return mc.model
-    name = 'xmod' + ('' if mc.gate == 'variance' else '-plain') + ('' if mc.balance > 0 else '-nobal')
+    balance = '' if mc.balance == XMOD_BALANCE else '-nobal' if mc.balance == 0 else f'-bal{mc.balance:g}'
+    name = 'xmod' + ('' if mc.gate == 'variance' else '-plain') + balance
     for field, short in zip(ROUTER_KNOBS, ('bce', 'mom', 'z')):
         if getattr(mc, field) != getattr(xmod.GPTConfig, field):
             name += f'-{short}{getattr(mc, field):g}'

@@ -9,8 +9,16 @@ by 0.025 to 0.052; at the reference point (T=128, 2M tokens) tuning turned a lea
    that holds its best finished rate, as sweeps/cpu_lr.py does. So the best rate is found at 0.5M tokens and at
    T=256 themselves, rather than assumed to be the 2M, T=128 one.
 2. Seeds 1 and 2 at each arm's best rate: Delta with 3 seeds per arm, paired by seed.
+3. The reference X-MoD (T=128, 2M tokens, 4e-3) with depth balancing at 0.5 instead of 0.1, seeds 0-2, paired
+   with results/cpu_lr's dense runs of those seeds. In 10 of 12 trained X-MoD models of results/cpu_lr some pair of
+   routed layers takes nearly the same tokens (causal Jaccard 0.6-1.0, where independent choices give 0.07;
+   results/cpu_lr/overlap). The balance loss is the variance of each token's routed depth, which is the sum of every
+   pair's co-selection: a larger coefficient is the principled push against a collapsed pair (--balance, a switch
+   that exists).
 The arms: the 4-layer dense model against X-MoD strides 2 (c 0.531), 4 (c 0.125) and 8 (c 0.250) at 0.5M tokens,
 then the T=256 pair at 2M tokens (X-MoD stride 4, c 0.125, depth solved). About an hour on 2 CPU cores, resumable.
+
+    python lr_sweep.py results/cpu_recheck/runs 'results/cpu_lr/runs/dense_L4_d128_2M_lr0.004*' --out DIR   # 3.
 """
 import os
 import runpy
@@ -38,9 +46,9 @@ ARMS = {                                    # the arms of cpu_small / cpu_medium
 }
 
 
-def arm(key, lr, seed=0):
+def arm(key, lr, seed=0, arms=ARMS):
     """One run of an arm at a peak rate, named as the shared-rate run it rechecks plus _lr<rate>."""
-    r = ARMS[key](learning_rate=lr, min_lr=lr / 10, seed=seed)
+    r = arms[key](learning_rate=lr, min_lr=lr / 10, seed=seed)
     base, _, seed_part = r['name'].partition('_seed')
     r['name'] = f'{base}_lr{lr:g}' + (f'_seed{seed_part}' if seed_part else '')
     return r
@@ -55,3 +63,5 @@ for key in ARMS:
     best = rates(key)[1]
     if best is not None:
         runs += [arm(key, best, seed=s) for s in SEEDS]
+BALANCE = {'xmod_s4_balance0.5': lambda **kw: xmod(4, 12, 4, balance=0.5, tag='_balance0.5', **kw)}
+runs += [arm('xmod_s4_balance0.5', 4e-3, seed=s, arms=BALANCE) for s in (0, 1, 2)]

@@ -32,7 +32,7 @@ def dense_loss(N, D, p=TRUE_DENSE):
 
 def make_run(root, name, model='dense', n_layer=4, stride=1, capacity=1.0, block_size=128, seed=0, tokens=2 ** 20,
              params_total=None, params_active=None, flops_per_token=None, loss=3.0, loss_topk=None, finished=True,
-             gate='variance', balance=0.01, n_evals=5, **config_extra):
+             gate='variance', balance=None, n_evals=5, **config_extra):
     """Write RUN_DIR/run.json and RUN_DIR/log.csv per the contract; return the directory."""
     d = os.path.join(str(root), name)
     os.makedirs(d, exist_ok=True)
@@ -701,6 +701,8 @@ def test_model_is_read_through_xmod(tmp_path):
     assert runs['mod']['stride'] == 2 and runs['mod']['variant'] == 'mod' and runs['mod']['config']['gate'] == 'plain'
     assert runs['x']['stride'] == 4 and runs['x']['variant'] == 'xmod-plain-nobal'
     assert runs['x']['config']['gate'] == 'plain'  # what --holdout sees
+    make_run(tmp_path, 'b', model='xmod', n_layer=12, stride=4, capacity=0.125, balance=0.5)
+    assert {r['name']: r['variant'] for r in load_runs([str(tmp_path)])}['b'] == 'xmod-bal0.5'   # not X-MoD itself
 
 
 def test_router_knob_ablations_are_named_and_kept_out_of_the_law(tmp_path):
@@ -795,6 +797,25 @@ def test_lr_sweep_tables_the_best_rates_and_both_deltas(tmp_path, capsys):
     assert d['shared']['0.002']['mean'] == pytest.approx(2.99 - 3.00) and d['shared']['0.002']['n'] == 1
     assert (tmp_path / 'out' / 'lr_vs_loss.png').stat().st_size > 0
     assert '(grid edge)' in (tmp_path / 'out' / 'lr.md').read_text()
+
+
+def test_lr_sweep_keeps_each_schedule_its_own_arm(tmp_path):
+    """A WSD run (or branch) and a cosine run of the same budget, rate and seed are different arms, each paired with
+    the dense run of its own schedule: Delta per schedule, never a WSD run against a cosine partner."""
+    import lr_sweep
+    xmod = dict(model='xmod', n_layer=12, stride=4, capacity=0.125, params_total=3e6, params_active=1e6,
+                flops_per_token=1.01 * (2.0 * 12 * 4 * N_EMBD ** 2 + 4 * 128 * N_EMBD * 4))
+    losses = {'cosine': (3.00, 3.02), 'wsd': (2.90, 2.95)}               # (dense, xmod)
+    for schedule, (ld, ls) in losses.items():
+        make_run(tmp_path, f'dense_{schedule}', loss=ld, learning_rate=4e-3, lr_schedule=schedule)
+        make_run(tmp_path, f'xmod_{schedule}', loss=ls, learning_rate=4e-3, lr_schedule=schedule, **xmod)
+    assert lr_sweep.main([str(tmp_path), '--out', str(tmp_path / 'out')]) == 0
+    result = json.load(open(tmp_path / 'out' / 'lr.json'))
+    assert sorted((a['variant'], a['schedule']) for a in result['arms']) == [
+        ('dense', 'cosine'), ('dense', 'wsd'), ('xmod', 'cosine'), ('xmod', 'wsd')]
+    deltas = {d['schedule']: d['tuned']['mean'] for d in result['deltas']}
+    assert deltas == pytest.approx({'cosine': 0.02, 'wsd': 0.05})
+    assert '| xmod | 128 | 128 | 1,048,576 | wsd |' in (tmp_path / 'out' / 'lr.md').read_text()
 
 
 # -----------------------------------------------------------------------------
