@@ -84,6 +84,7 @@ for lr, seed in POINTS:
     runs += [stable(kind, lr, seed) for kind in ARMS]
     runs += [r for kind in ARMS for r in branches(kind, lr, seed)]
     if (lr, seed) == (TUNED, 0):         # the cosine run per budget beside the first branches, before more seeds
-        runs += [arm(kind, TUNED, 0, b, 'cosine') for b in (*BUDGETS, LONG) for kind in ARMS if b != 2 * M]
+        runs += [arm(kind, TUNED, 0, b, 'cosine') for b in BUDGETS for kind in ARMS if b != 2 * M]
+runs += [arm(kind, TUNED, 0, LONG, 'cosine') for kind in ARMS]       # 8M cosine: the costliest comparison, last
 for seed in (1, 2):
     runs += [arm(kind, TUNED, seed, b, 'cosine') for b in (*BUDGETS, LONG) for kind in ARMS if b != 2 * M]
