@@ -245,6 +245,7 @@ def test_check_all_on_an_empty_workdir_passes(tmp_path):
     r = cli('check', '--all', '--workdir', str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
     assert f'all {len(exercises.EXERCISES)} exercises pass' in r.stdout
+    assert 'whole model: all 7 checks pass' in r.stdout
 
 
 def test_check_all_fails_on_one_blank_and_says_which(tmp_path, capsys):
