@@ -8,7 +8,8 @@ sample.py calls it with --show_routing=True:
 Two views of the same tokens: (1) the text, each token on a background coloured by its realised routed depth (how
 many routed layers took it); (2) a (routed layers x positions) grid, dark where a layer took a token.
 `routed_depth` is the model's side and `draw_routing` only draws what it returns, so a test can check the picture's
-numbers against an independent forward. Only block_size tokens fit one forward: the first ones are drawn.
+numbers against an independent forward. Only block_size tokens fit one forward: the first ones are drawn, and the
+title and describe's first line say how many of the text's tokens that is.
 
 Run as a script it asks of trained runs whether their routed layers take the same tokens (layer_overlap):
 
@@ -41,13 +42,15 @@ def routed_depth(model, ids):
     return dict(ids=idx[0].tolist(), layers=layers, mask=mask, depth=mask.sum(0))
 
 
-def describe(selection, capacity):
-    """A few lines about the drawn depth: its spread against c*R (what balancing aims at) and each layer's rate."""
+def describe(selection, capacity, total=None):
+    """A few lines about the drawn depth: its spread against c*R (what balancing aims at) and each layer's rate.
+    total: how many tokens the text had, when only the first T of them were drawn (one forward holds block_size)."""
     depth, mask, layers = selection['depth'], selection['mask'], selection['layers']
     R, T = mask.shape
     counts = np.bincount(depth, minlength=R + 1)
+    drawn = f"the first {T} of {total} tokens" if total is not None and total > T else f"{T} tokens"
     return '\n'.join([
-        f"routed depth over {T} tokens ({R} routed layers): mean {depth.mean():.2f} (c*R = {capacity * R:.2f}), "
+        f"routed depth over {drawn} ({R} routed layers): mean {depth.mean():.2f} (c*R = {capacity * R:.2f}), "
         f"std {depth.std():.2f}, max {depth.max()}",
         'tokens at depth ' + ', '.join(f"{d}: {n}" for d, n in enumerate(counts) if n),
         'rate per layer ' + ', '.join(f"{l}: {r:.2f}" for l, r in zip(layers, mask.mean(1))),
@@ -114,11 +117,18 @@ def draw_routing(path, selection, pieces, title, width=100, dpi=100):
     ax_grid.imshow(mask, cmap='Greys', vmin=0, vmax=1.4, aspect='auto', interpolation='nearest')
     ax_grid.set_yticks(range(R))
     ax_grid.set_yticklabels([f"layer {l}" for l in layers], fontsize=8)
-    if T <= 160:                                          # the tokens themselves, when they fit
-        ax_grid.set_xticks(range(T))
-        ax_grid.set_xticklabels([shown(p)[:3] for p in pieces], fontsize=6, family='monospace')
-        ax_grid.tick_params(axis='x', length=0)
-    ax_grid.set_xlabel('position (dark: the layer took the token)')
+    # Each cell holds its token's character (white on a taken cell, pale grey elsewhere), so a row reads as the
+    # text and shows which characters that layer took; 128 labels under the grid were too small to read. A long
+    # token (a BPE piece) shows its first character; past 160 columns a cell is too narrow for any.
+    if T <= 160:
+        for j in range(R):
+            for t, piece in enumerate(pieces):
+                ax_grid.text(t, j, (shown(piece) or '?')[0], ha='center', va='center', family='monospace',
+                             fontsize=7, color='white' if mask[j, t] else '#8c8c8c')
+    step = 8 if T <= 64 else 16                           # position numbers, few enough to read
+    ax_grid.set_xticks(range(0, T, step))
+    ax_grid.tick_params(axis='x', labelsize=8)
+    ax_grid.set_xlabel('position in the text drawn (dark: the layer took the token)')
     ax_grid.set_title(f"which routed layer took which token: {mask.sum()} of {R} x {T}", fontsize=10, loc='left')
     fig.tight_layout()
     fig.savefig(path, dpi=dpi)

@@ -98,7 +98,7 @@ def write_routing_png(model, ids, decode, out_dir):
     title = routing_title(os.path.join(out_dir, 'ckpt.pt'), len(selection['ids']), len(ids),
                           model.config.block_size, model.config.capacity, selection['depth'])
     path = draw_routing(os.path.join(out_dir, 'routing.png'), selection, pieces, title)
-    print(describe(selection, model.config.capacity))
+    print(describe(selection, model.config.capacity, total=len(ids)))
     print(f"wrote {path}")
 
 

@@ -245,6 +245,7 @@ def test_check_all_on_an_empty_workdir_passes(tmp_path):
     r = cli('check', '--all', '--workdir', str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
     assert f'all {len(exercises.EXERCISES)} exercises pass' in r.stdout
+    assert 'whole model: all 7 checks pass' in r.stdout
 
 
 def test_check_all_fails_on_one_blank_and_says_which(tmp_path, capsys):
@@ -271,3 +272,103 @@ def test_help():
     with pytest.raises(SystemExit) as e:
         exercises.main(['--help'])
     assert e.value.code == 0
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# check --all on a whole copy of xmod.py: the whole-model checks see mistakes outside the exercises' functions (or in
+# functions no exercise blanks), and name the function; each exercise still passes, since it tests its own function
+
+# (name, the line as the repository has it, the mistake, the function the hint must name)
+WHOLE_COPY_MUTATIONS = [
+    ('positions renumbered in Attention.qkv', 'cos, sin = self.cos[pos], self.sin[pos]',
+     'cos, sin = self.cos[:T], self.sin[:T]', 'Attention.qkv'),
+    ('positions renumbered in Attention.forward', 'q, k, v = self.qkv(x, pos)\n        if cache',
+     'q, k, v = self.qkv(x, torch.arange(T, device=x.device))\n        if cache', 'Attention.forward'),
+    ('residual added twice in RoutedBlock.forward', '            x = self.forward_fast(x, idx, w)\n',
+     '            x = self.forward_fast(x, idx, w) + x * mask.unsqueeze(-1)\n', 'RoutedBlock.forward'),
+    ('expert_capacity rounding down', 'math.ceil(config.expert_capacity_factor',
+     'math.floor(config.expert_capacity_factor', 'expert_capacity'),
+    ('Router.threshold without its debiasing',
+     'return self.thr_sum / (1.0 - self.momentum ** self.thr_steps).clamp_min(1e-12)', 'return self.thr_sum',
+     'Router.threshold'),
+    ('attention without its causal mask', 'is_causal=True, dropout_p', 'is_causal=False, dropout_p',
+     'Attention.forward'),
+    ('the gate missing when decoding one token',
+     'out[rows] = x[rows] + (self.router.gate(r[rows]).unsqueeze(-1) * f).to(x.dtype)',
+     'out[rows] = x[rows] + f.to(x.dtype)', 'RoutedBlock.decode'),
+    ('causal routing padding slots updated', 'ws = (torch.gather(w, 1, idx) * real).unsqueeze(-1)',
+     'ws = torch.gather(w, 1, idx).unsqueeze(-1)', 'RoutedBlock.forward_fast_causal'),
+    ('the MoE dropping by capacity in causal routing', 'return self.mlp(h, routing)', 'return self.mlp(h)',
+     'MoEBlock.ffn'),
+]
+
+
+def check_all(workdir, capsys):
+    """check --all in this process (the repository's reference, its FLOP counts and the twins' weights are made
+    once and reused by every test here): (exit status, stdout)."""
+    capsys.readouterr()
+    rc = exercises.main(['check', '--all', '--workdir', str(workdir)])
+    return rc, capsys.readouterr().out
+
+
+def whole_copy(workdir, old=None, new=None):
+    source = read(os.path.join(ROOT, 'xmod.py'))
+    if old is not None:
+        assert source.count(old) == 1, old                              # xmod.py moved: update the mutation
+        source = source.replace(old, new)
+    with open(os.path.join(workdir, 'xmod.py'), 'w', encoding='utf-8') as f:
+        f.write(source)
+
+
+def test_check_all_passes_on_an_unmodified_whole_copy(tmp_path, capsys):
+    whole_copy(tmp_path)
+    rc, out = check_all(tmp_path, capsys)
+    assert rc == 0, out
+    assert 'all 15 exercises pass' in out and 'whole model: all 7 checks pass' in out
+    assert '  fail  ' not in out and '  note  ' not in out
+    assert exercises.differing('xmod.py', str(tmp_path)) == []
+
+
+@pytest.mark.parametrize('what,old,new,function', WHOLE_COPY_MUTATIONS, ids=[m[0] for m in WHOLE_COPY_MUTATIONS])
+def test_check_all_names_the_function_of_a_mistake_outside_the_exercises(what, old, new, function, tmp_path, capsys):
+    whole_copy(tmp_path, old, new)
+    rc, out = check_all(tmp_path, capsys)
+    assert rc == 1, out
+    assert 'all 15 exercises pass' in out                                # the exercises' own functions are right
+    whole = out.split('\nwhole model: ')[1]
+    fails = [line for line in whole.splitlines() if line.startswith('  fail  ')]
+    assert fails and all(f"your copy's {function} differs from the repository's" in line for line in fails), fails
+    assert f'whole model: {len(fails)} of 7 checks fail' in out
+
+
+def test_a_check_that_needs_another_function_names_it_and_passes(tmp_path, capsys):
+    """forward_fast runs the copy's Block.delta, hence Attention.qkv: with qkv's positions renumbered, the check of
+    the values names Attention.qkv in a note and forward_fast itself passes (exit 0)."""
+    old, new = WHOLE_COPY_MUTATIONS[0][1:3]
+    whole_copy(tmp_path, old, new)
+    capsys.readouterr()
+    assert exercises.main(['check', 'forward_fast', '--workdir', str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    notes = [line for line in out.splitlines() if line.startswith('  note  ')]
+    assert notes and all("your copy's Attention.qkv differs from the repository's" in n for n in notes), out
+    assert 'renumbered' in notes[0] and '  fail  ' not in out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# a secondary check that fails only because of the primary mistake says so instead of pointing elsewhere
+
+def test_secondary_hints_follow_the_primary_mistake(tmp_path):
+    write_copy(tmp_path, 'forward_fast', mistaken_body('forward_fast', None, 'renumbered'))
+    hints = failures('forward_fast', tmp_path)
+    assert 'renumbered' in hints[0] and not any("gate's gradient" in h for h in hints), hints
+    assert any('as the values are (the first check)' in h for h in hints[1:]), hints
+    write_copy(tmp_path, 'depth_balance_loss', 'return ((p.sum(0) - target) ** 2).mean()')
+    hints = failures('depth_balance_loss', tmp_path)
+    assert 'not divided by r' in hints[0].lower() and not any('keep p on the graph' in h for h in hints), hints
+    assert any('follows from the loss not divided by R' in h for h in hints[1:]), hints
+
+
+def test_graders_are_one_per_exercise():
+    import graders
+    assert list(graders.GRADERS) == list(exercises.EXERCISES)
+    assert all(f.__name__ == f'grade_{name}' for name, f in graders.GRADERS.items())

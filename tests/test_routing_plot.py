@@ -70,6 +70,7 @@ def test_routing_png_draws_the_causal_depth(tmp_path, capsys, monkeypatch):
     (got,) = drawn
     assert got['selection']['ids'] == ids and got['pieces'] == list(text[:32])
     assert 'first 32 of 45 tokens' in got['title']
+    assert 'routed depth over the first 32 of 45 tokens (3 routed layers)' in stdout    # what is drawn, said twice
 
     # an independent forward: the naive impl, the same weights, causal routing
     naive = GPT(GPTConfig(**{**asdict(cfg), 'impl': 'naive'}))
@@ -94,6 +95,29 @@ def test_a_given_text_is_drawn_with_max_new_tokens_0(tmp_path, capsys):
     stdout = capsys.readouterr().out
     assert rc == 0 and stdout.startswith('to be or not' + SEP)
     assert 'routed depth over 12 tokens (3 routed layers)' in stdout
+
+
+def test_the_grid_holds_each_tokens_character_and_few_position_labels(tmp_path, monkeypatch):
+    """The layers x positions grid: every cell carries its token's character (white where the layer took it), so a
+    row reads as the text; under it a position number every 8 (T <= 64) instead of one label per token."""
+    import matplotlib.figure
+    figures = []
+    save = matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(matplotlib.figure.Figure, 'savefig', lambda fig, *a, **kw: (figures.append(fig),
+                                                                                   save(fig, *a, **kw)))
+    pieces = list('to be or not\nto be')                                  # 18 tokens, a newline among them
+    mask = np.zeros((2, 18), bool)
+    mask[0, [0, 3, 12]] = mask[1, [5, 17]] = True
+    selection = dict(ids=list(range(18)), layers=[1, 3], mask=mask, depth=mask.sum(0))
+    routing_plot.draw_routing(str(tmp_path / 'r.png'), selection, pieces, 'title')
+    (fig,) = figures
+    grid = fig.axes[2]                                                     # text, colour bar, grid
+    cells = {(round(t.get_position()[1]), round(t.get_position()[0])): t for t in grid.texts}
+    assert len(cells) == 2 * 18
+    for j in range(2):
+        assert ''.join(cells[j, t].get_text() for t in range(18)) == routing_plot.shown(''.join(pieces))
+        assert [t for t in range(18) if cells[j, t].get_color() == 'white'] == list(np.flatnonzero(mask[j]))
+    assert [int(x) for x in grid.get_xticks()] == [0, 8, 16]
 
 
 def test_a_model_without_routed_layers_is_refused(tmp_path, capsys):

@@ -13,31 +13,32 @@ Starting a second exercise of the same file blanks that function in your existin
 
 `check` imports DIR's copy under a fresh module name, with DIR first on sys.path (a file in DIR shadows the
 repository's file of the same name, e.g. fit_law.py importing runs.py; a file missing from DIR is the repository's)
-and runs the exercise's checks. They test behaviour, never your source text: values computed independently here
-(a routed update one sequence at a time, top-k by sorting), causality, torch's FLOP counter, gradients. Exit
-status 0 when every check passes, 1 when one fails, 2 on bad input (one line on stderr). Notes for teachers (the
-exercises' difficulty, time, expected output): tutorial/TEACHERS.md.
+and runs the exercise's checks (tutorial/graders.py). They test behaviour, never your source text: values computed
+by hand or by the repository's own file (loaded separately, your weights copied in), causality, torch's FLOP counter,
+gradients. When a check fails because of another function of your copy (your Attention.qkv under forward_fast, say),
+a `note` line names that function and the exercise is not failed for it. `check --all` ends with whole-model checks:
+your GPT of every family against the repository's with the same weights; a failure names your function that causes
+it. Exit status 0 when every check passes, 1 when one fails, 2 on bad input (one line on stderr). Notes for teachers
+(the exercises' difficulty, time, expected output): tutorial/TEACHERS.md.
 """
 import argparse
 import ast
 import contextlib
 import difflib
+import functools
 import importlib.util
 import itertools
-import math
 import os
 import sys
 import textwrap
 from collections import namedtuple
-from dataclasses import replace
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from configurator import UserError, one_line, run_main  # noqa: E402
+from graders import GRADERS, WHOLE_MODEL, Fail  # noqa: E402  (tutorial/ is on sys.path: this file's folder)
 
 WORKDIR = os.path.join(ROOT, 'tutorial', 'work')
 
@@ -200,9 +201,46 @@ def show(path):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Loading a student's copy, and running checks
+# Loading: the student's copy, the repository's own file (the reference), and the repository's file with some of the
+# copy's functions put into it (to tell which function of the copy makes a check fail)
 
 _fresh = itertools.count()
+_references = {}
+
+
+@contextlib.contextmanager
+def isolated(paths):
+    """sys.path with `paths` first and none of the repository's modules imported, so that a file executed inside
+    imports its neighbours from paths[0] first; afterwards sys.path and sys.modules are as they were."""
+    ours = {f[:-3] for f in os.listdir(ROOT) if f.endswith('.py')}     # the modules a copy may shadow
+    saved = {n: sys.modules.pop(n) for n in ours if n in sys.modules}
+    saved_path, saved_bytecode = list(sys.path), sys.dont_write_bytecode
+    sys.path[:0] = paths
+    sys.dont_write_bytecode = True        # no stale .pyc of a copy the student edits within the same second
+    try:
+        yield
+    finally:
+        for n in ours:
+            sys.modules.pop(n, None)
+        sys.modules.update(saved)
+        sys.path[:], sys.dont_write_bytecode = saved_path, saved_bytecode
+
+
+@functools.lru_cache(maxsize=64)
+def compiled(source, path):
+    """Compiling xmod.py is most of what importing it costs, and check --all imports the same text many times."""
+    return compile(source, path, 'exec')
+
+
+def execute(source, path, name):
+    """source run as a module named `name` (path: the file its tracebacks name)."""
+    module = importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, path))
+    sys.modules[name] = module            # dataclasses look their module up here, while the classes are made
+    try:
+        exec(compiled(source, path), module.__dict__)
+    finally:
+        sys.modules.pop(name, None)
+    return module
 
 
 @contextlib.contextmanager
@@ -212,56 +250,92 @@ def student(file, workdir):
     find workdir's copies first. Afterwards sys.path and sys.modules are as they were, so checks do not leak."""
     path = os.path.join(workdir, file)
     path = path if os.path.isfile(path) else os.path.join(ROOT, file)
-    ours = {f[:-3] for f in os.listdir(ROOT) if f.endswith('.py')}     # the modules a copy may shadow
-    saved = {n: sys.modules.pop(n) for n in ours if n in sys.modules}
-    saved_path, saved_bytecode = list(sys.path), sys.dont_write_bytecode
-    sys.path[:0] = [os.path.abspath(workdir), ROOT]
-    sys.dont_write_bytecode = True        # no stale .pyc of a copy the student edits within the same second
-    name = f'_exercise_{os.path.splitext(file)[0]}_{next(_fresh)}'
-    module = importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, path))
-    sys.modules[name] = module            # dataclasses look their module up here
-    try:
-        exec(compile(read(path), path, 'exec'), module.__dict__)
-        yield module, path
-    finally:
-        for n in ours | {name}:
-            sys.modules.pop(n, None)
-        sys.modules.update(saved)
-        sys.path[:], sys.dont_write_bytecode = saved_path, saved_bytecode
+    with isolated([os.path.abspath(workdir), ROOT]):
+        yield execute(read(path), path, f'_exercise_{os.path.splitext(file)[0]}_{next(_fresh)}'), path
 
 
-class Fail(Exception):
-    """A check failed; the message is its one-line hint."""
+def reference(file):
+    """The repository's own file (xmod.py, fit_law.py), imported once under another module name with only the
+    repository on the path: the graders' oracle, whatever the student's copies say."""
+    if file not in _references:
+        with isolated([ROOT]):
+            _references[file] = execute(read(os.path.join(ROOT, file)), os.path.join(ROOT, file),
+                                        f'_reference_{os.path.splitext(file)[0]}')
+    return _references[file]
 
 
-def expect(ok, hint):
-    if not ok:
-        raise Fail(hint)
+@functools.lru_cache(maxsize=64)
+def definitions(source):
+    """{qualname: FunctionDef} of a module's functions and its classes' methods ('f', 'Class.method'). Remembered:
+    the search for a culprit asks again for the same sources (do not modify the nodes)."""
+    defs = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef):
+            defs[node.name] = node
+        elif isinstance(node, ast.ClassDef):
+            defs.update({f'{node.name}.{n.name}': n for n in node.body if isinstance(n, ast.FunctionDef)})
+    return defs
 
 
-def same(a, b, atol=1e-5, rtol=1e-4):
-    if a is None or b is None:
-        return False
-    a, b = (torch.as_tensor(np.asarray(v.detach() if torch.is_tensor(v) else v, dtype=np.float64)) for v in (a, b))
-    return a.shape == b.shape and bool(torch.allclose(a, b, atol=atol, rtol=rtol))
+def differing(file, workdir):
+    """The qualnames of the copy's functions that are not the repository's (compared as syntax trees, so comments
+    and layout do not count), in the file's order; [] when workdir has no copy."""
+    copy = os.path.join(workdir, file)
+    if not os.path.isfile(copy):
+        return []
+    return differences(read(os.path.join(ROOT, file)), read(copy))
 
 
-def match(got, expected, mistakes, otherwise, atol=1e-5):
-    """Pass when got equals expected; else fail with the hint of the first typical mistake whose output got equals
-    (each computed here), or with `otherwise`."""
-    if same(got, expected, atol):
-        return
-    for wrong, hint in mistakes:
-        if same(got, wrong, atol):
-            raise Fail(hint)
-    raise Fail(otherwise)
+@functools.lru_cache(maxsize=64)
+def differences(ours, theirs):
+    ours, theirs = definitions(ours), definitions(theirs)
+    return [q for q, node in theirs.items() if q in ours and ast.dump(node) != ast.dump(ours[q])]
 
+
+def splice(ours, theirs, qualnames):
+    """The repository's source `ours` with the definitions of `qualnames` taken from the copy's source `theirs`
+    (decorators included), and the copy's own extra top-level functions appended (a helper the student wrote)."""
+    lines, their_lines = ours.splitlines(keepends=True), theirs.splitlines(keepends=True)
+    our_defs, their_defs = definitions(ours), definitions(theirs)
+    span = lambda node: (min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1, node.end_lineno)
+    edits = []
+    for q in qualnames:
+        start, end = span(their_defs[q])
+        text = textwrap.dedent(''.join(their_lines[start:end]))
+        indent = ' ' * our_defs[q].col_offset
+        edits.append((*span(our_defs[q]), [indent + line if line.strip() else line
+                                           for line in text.splitlines(keepends=True)]))
+    for start, end, new in sorted(edits, reverse=True):
+        lines[start:end] = new
+    extra = [q for q in their_defs if '.' not in q and q not in our_defs]
+    for q in extra:
+        lines += ['\n\n'] + their_lines[slice(*span(their_defs[q]))]
+    return ''.join(lines)
+
+
+_spliced = {}
+
+
+def spliced(file, workdir, qualnames):
+    """The repository's file with the copy's `qualnames` in it, imported under a fresh name. Remembered by source:
+    the search for a culprit asks for the same one for several checks."""
+    path = os.path.join(ROOT, file)                     # its blanks still read as FILE's (Grading.not_done)
+    source = splice(read(path), read(os.path.join(workdir, file)), qualnames)
+    if source not in _spliced:
+        with isolated([ROOT]):
+            _spliced[source] = execute(source, path, f'_spliced_{os.path.splitext(file)[0]}_{next(_fresh)}')
+    return _spliced[source]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Running checks, and telling which function of the copy a failure comes from
 
 class Grading:
-    """One exercise's checks: `with g.check('what'):` runs one, prints pass or fail with a one-line hint."""
+    """One exercise's checks: `with g.check('what'):` runs one and records pass or fail with a one-line hint;
+    `report` prints them. A note replaces a failure that the exercise's own function is not the cause of."""
 
     def __init__(self, name, path):
-        self.name, self.path, self.results = name, path, []
+        self.name, self.path, self.results, self.notes = name, path, [], {}
 
     @contextlib.contextmanager
     def check(self, what):
@@ -277,7 +351,16 @@ class Grading:
         except Exception as e:                                   # the student's code crashed: say how, in one line
             hint = f'raised {type(e).__name__}: {one_line(e)}'
         self.results.append((what, hint))
-        print(f"  pass  {what}" if hint is None else f"  fail  {what}: {hint}")
+
+    def note(self, what, text):
+        """The check `what` counts as passed for this exercise; the note says what else in the copy is off."""
+        self.results = [(w, None if w == what else hint) for w, hint in self.results]
+        self.notes[what] = text
+
+    def report(self):
+        for what, hint in self.results:
+            print(f"  note  {what}: {self.notes[what]}" if what in self.notes else
+                  f"  pass  {what}" if hint is None else f"  fail  {what}: {hint}")
 
     def not_done(self, e):
         """Which blank raised: this exercise's (not done yet), or another one's that this check calls."""
@@ -295,6 +378,51 @@ class Grading:
                 f"exercise {blanks[where]} first (or paste the repository's {where[1]} back)")
 
 
+def run_grader(name, module, ref, path):
+    """GRADERS[name] on module, its checks recorded (not printed) in the Grading returned."""
+    g = Grading(name, path)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        try:
+            GRADERS[name](module, ref, g)
+        except Exception as e:                              # outside a check: building the test models failed
+            g.results.append(('the checks build their models from your copy', f'{type(e).__name__}: {one_line(e)}'))
+    return g
+
+
+def culprit(file, workdir, fails, keep=()):
+    """Which one function of the copy, put alone into the repository's file (beside `keep`, the exercise's own),
+    makes `fails(module)` return a hint: (qualname, hint), or None when no single one does."""
+    for q in differing(file, workdir):
+        if q not in keep:
+            try:
+                hint = fails(spliced(file, workdir, [*keep, q]))
+            except Exception as e:                          # e.g. a helper of the copy's that the repository lacks
+                hint = f'{type(e).__name__}: {one_line(e)}'
+            if hint is not None:
+                return q, hint
+    return None
+
+
+def dependency_notes(g, ex, workdir, ref):
+    """A check that fails on the copy but passes on the repository's file with only the exercise's function taken
+    from the copy fails because of another function of the copy: the note names it instead of failing the exercise.
+    Blanks of other exercises keep their own hint ('finish exercise X first')."""
+    failed = [what for what, hint in g.results if hint is not None and 'still raises NotImplementedError' not in hint]
+    if not failed or [q for q in differing(ex.file, workdir) if q != ex.qualname] == []:
+        return
+    rerun = lambda module: dict(run_grader(g.name, module, ref, g.path).results)
+    alone = rerun(spliced(ex.file, workdir, [ex.qualname]))
+    for what in failed:
+        if alone.get(what, 'missing') is None:
+            found = culprit(ex.file, workdir, lambda module: rerun(module).get(what), keep=[ex.qualname])
+            g.note(what, f"your copy's {found[0]} differs from the repository's: {found[1]}. Your {ex.qualname} "
+                         f"itself passes this check with the repository's {found[0]}" if found else
+                   f"your {ex.qualname} passes this check in the repository's {ex.file}; in your copy something else "
+                   f"it calls differs from the repository's (" + ', '.join(
+                       q for q in differing(ex.file, workdir) if q != ex.qualname) + ')')
+
+
 def grade(name, workdir):
     """Run one exercise's checks against workdir's copy (printing each); returns [(check, hint or None)]."""
     ex = EXERCISES[name]
@@ -302,678 +430,58 @@ def grade(name, workdir):
     has_copy = os.path.isfile(copy)
     print(f"{name}: {ex.qualname} in " + (show(copy) if has_copy else f"the repository's {ex.file} "
                                                                        f"({show(workdir)} has no copy)"))
-    g = Grading(name, copy)
     try:
-        with student(ex.file, workdir) as (module, g.path), torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            try:
-                GRADERS[name](module, g)
-            except Exception as e:                          # outside a check: building the test models failed
-                g.results.append(('the checks build their models from your copy', f'{type(e).__name__}: '
-                                                                                  f'{one_line(e)}'))
-                print(f"  fail  {g.results[-1][0]}: {g.results[-1][1]}")
+        ref = reference(ex.file)
+        with student(ex.file, workdir) as (module, path):
+            g = run_grader(name, module, ref, path)
+            dependency_notes(g, ex, workdir, ref)
     except Exception as e:                                  # the copy does not even import
+        g = Grading(name, copy)
         g.results.append(('your copy loads', f'{type(e).__name__}: {one_line(e)}'))
-        print(f"  fail  your copy loads: {g.results[-1][1]}")
+    g.report()
     return g.results
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# Graders: one per exercise, each a few checks. m is the student's module.
-
-def routed_block(m, **kw):
-    """A routed layer of a tiny X-MoD (layer 1 of D r), its attention sharpened so that positions matter."""
-    cfg = m.GPTConfig(model='xmod', n_layer=2, n_head=2, n_embd=16, block_size=16, vocab_size=32, stride=2,
-                      capacity=0.25, **kw)
-    block = m.GPT(cfg).transformer.h[1]
-    with torch.no_grad():
-        block.block.attn.c_attn.weight.mul_(20.0)     # at init attention is nearly uniform, and positions barely show
-    return block
-
-
-def gated_update(block, x, positions, w, renumber=False, update=lambda x, w, f: x + w * f):
-    """What a routed block returns (computed here, one sequence at a time): x, with update(x_i, w_i, f_i) on each
-    sequence's selected tokens, f the block's update on those tokens alone at their original positions (or at
-    0..k-1 with renumber)."""
-    out = x.clone()
-    for b, pos in enumerate(positions):
-        if len(pos):
-            f = block.block.delta(x[b, pos][None], torch.arange(len(pos)) if renumber else pos)[0]   # (k_b, C)
-            out[b, pos] = update(x[b, pos], w[b, pos, None], f)
-    return out
-
-
-def routed_mistakes(block, x, positions, w):
-    return [(gated_update(block, x, positions, w, update=lambda x, w, f: x + w * (x + f)),
-             'the residual is added twice: x + w*(x + f) adds the block output; add w * f (Block.delta) to x'),
-            (gated_update(block, x, positions, w, renumber=True),
-             'positions renumbered 0..k-1 after the gather: RoPE must rotate each token at its original position'),
-            (gated_update(block, x, positions, w, update=lambda x, w, f: x + f),
-             'the gate w is missing: x + w * f'),
-            (gated_update(block, x, positions, w, update=lambda x, w, f: w * f),
-             'the residual x is missing: a selected token becomes x + w * f')]
-
-
-def grade_capacity_k(m, g):
-    with g.check('round half up: 6.5 -> 7, 8.5 -> 9, 3.75 -> 4, 16 of 128 at c = 0.125'):
-        cases = [(0.125, 128, 16), (0.5, 13, 7), (0.5, 17, 9), (0.25, 30, 8), (0.1, 32, 3), (0.125, 30, 4),
-                 (1.0, 32, 32)]
-        got = [m.capacity_k(c, T) for c, T, _ in cases]
-        like = lambda rule: got == [rule(c * T) for c, T, _ in cases]
-        bad = [f'capacity_k({c}, {T}) = {n}, expected {k}' for (c, T, k), n in zip(cases, got) if n != k]
-        expect(not bad, f'{bad[0] if bad else ""}: ' + (
-            'rounded down (int(c*T)); round half up: int(c*T + 0.5)' if like(int) else
-            "Python's round() rounds half to even (6.5 -> 6); round half up: int(c*T + 0.5)" if like(round) else
-            'rounded up (ceil); round half up: int(c*T + 0.5)' if like(math.ceil) else
-            'k is capacity*T rounded half up'))
-    with g.check('never 0: a routed layer takes at least one token'):
-        for c, T in [(0.001, 128), (0.01, 32), (0.0625, 7)]:
-            got = m.capacity_k(c, T)
-            expect(got == 1, f'capacity_k({c}, {T}) = {got}: ' + ('capacity rounded down to 0: max(1, ...)'
-                                                                  if got == 0 else 'expected 1'))
-    with g.check('an int (a tensor size and a topk k)'):
-        expect(type(m.capacity_k(0.25, 32)) is int, f'capacity_k returns {type(m.capacity_k(0.25, 32)).__name__}, '
-                                                   f'not int')
-
-
-def topk_by_hand(scores, k):
-    """Each row's k highest positions (ascending) and a cut between its k-th and (k+1)-th score, by sorting."""
-    idx, cut = [], []
-    for row in scores.tolist():
-        order = sorted(range(len(row)), key=lambda i: -row[i])
-        idx.append(sorted(order[:k]))
-        cut.append((row[order[k - 1]] + row[order[k]]) / 2 if k < len(row) else None)
-    return idx, cut
-
-
-def grade_route_topk(m, g):
-    B, T, k = 4, 12, 3
-    scores = torch.randperm(B * T, generator=torch.Generator().manual_seed(1)).view(B, T).float() / 7   # no ties
-    scores[1] += 10.0                                  # one sequence scores high: a batch-wide top-k takes only it
-    idx_hand, cut_hand = topk_by_hand(scores, k)
-    mask_hand = torch.zeros(B, T, dtype=torch.bool)
-    for b, pos in enumerate(idx_hand):
-        mask_hand[b, pos] = True
-    with g.check("mask: each sequence's own k highest scores"):
-        idx, mask, cut = m.route_topk(scores, k)
-        expect(torch.is_tensor(mask) and mask.dtype == torch.bool and mask.shape == (B, T),
-               f'mask must be a (B, T) = ({B}, {T}) bool tensor, got {getattr(mask, "shape", type(mask))}')
-        per_row = mask.sum(1).tolist()
-        expect(per_row == [k] * B, f'rows keep {per_row} tokens: top-k taken over the whole batch, not per '
-                                   f'sequence: each sequence keeps exactly k = {k}' if sum(per_row) == B * k else
-               f'rows keep {per_row} tokens, expected k = {k} each')
-        expect(torch.equal(mask, mask_hand), "mask differs from each row's k highest scores, found by sorting")
-    with g.check('idx (B, k): the selected positions in ascending order'):
-        idx = m.route_topk(scores, k)[0]
-        expect(tuple(idx.shape) == (B, k), f'idx has shape {tuple(idx.shape)}, expected (B, k) = ({B}, {k})')
-        expect(idx.tolist() == idx_hand, 'idx is in order of score: sort it by position (the routed tokens keep '
-                                         'their order)' if idx.sort(1).values.tolist() == idx_hand else
-               "idx differs from each row's k highest positions")
-    with g.check("cut (B,): between each row's k-th and (k+1)-th score, mask == scores > cut, on the graph"):
-        s = scores.clone().requires_grad_()
-        _, mask, cut = m.route_topk(s, k)
-        expect(tuple(cut.shape) == (B,), f'cut has shape {tuple(cut.shape)}, expected (B,)')
-        expect(torch.equal(s.detach() > cut.detach()[:, None], mask), 'mask != scores > cut[:, None]')
-        expect(same(cut, cut_hand), "cut is not the midpoint of each row's k-th and (k+1)-th highest score")
-        expect(cut.requires_grad, 'cut is detached: keep it on the graph (the router BCE pushes the two tokens '
-                                  'beside the cut apart through it)')
-    with g.check('k = T keeps every token, k = 1 keeps the top one'):
-        _, mask, cut = m.route_topk(scores, T)
-        expect(bool(mask.all()) and bool((scores > cut[:, None]).all()), 'with k = T every token is selected')
-        idx = m.route_topk(scores, 1)[0]
-        expect(idx[:, 0].tolist() == scores.argmax(1).tolist(), 'with k = 1 idx is each row\'s argmax')
-
-
-def grade_apply_rope(m, g):
-    B, nh, T, hs = 2, 3, 5, 8
-    pos = torch.tensor([[0, 3, 4, 9, 15], [2, 5, 6, 7, 12]])              # original positions after a gather
-    inv_freq = 10000.0 ** (-torch.arange(0, hs, 2).double() / hs)
-
-    def tables(pos):
-        angle = pos.double()[..., None] * inv_freq                          # (B, T, hs/2)
-        return angle.cos().float(), angle.sin().float()
-
-    def rotated(x, pos, sign=1.0, interleaved=False):
-        """x rotated pair by pair, as complex numbers: (x1 + i x2) * exp(i * sign * angle)."""
-        x = x.double()
-        x1, x2 = (x[..., 0::2], x[..., 1::2]) if interleaved else x.chunk(2, dim=-1)
-        angle = sign * pos.double()[..., None] * inv_freq
-        z = torch.complex(x1, x2) * torch.polar(torch.ones_like(angle), angle)[:, None]   # broadcast over heads
-        if interleaved:
-            return torch.stack([z.real, z.imag], -1).flatten(-2)
-        return torch.cat([z.real, z.imag], dim=-1)
-
-    x = torch.randn(B, nh, T, hs)
-    cos, sin = tables(pos)
-    with g.check("each pair (x_j, x_j+hs/2) rotated by the angle at the token's own position"):
-        match(m.apply_rope(x, cos, sin), rotated(x, pos), [
-            (rotated(x, torch.arange(T).expand(B, T)), 'positions renumbered 0..T-1: rotate each token by the cos/sin '
-                                                       'given, gathered at its original position'),
-            (rotated(x, pos[:1].expand(B, T)), "every sequence rotated at the first one's positions: cos/sin are per "
-                                               "batch element (B, T, hs/2)"),
-            (rotated(x, pos, sign=-1.0), 'rotation by minus the angle: (x1 cos - x2 sin, x1 sin + x2 cos)'),
-            (rotated(x, pos, interleaved=True), 'pairs taken interleaved (x0, x1), (x2, x3): the tables pair the '
-                                                'two halves, (x_j, x_j+hs/2)')],
-              'not the rotation of each pair (x1_j, x2_j) by the given angle: (x1 cos - x2 sin, x1 sin + x2 cos)')
-    with g.check('a rotation keeps every vector\'s norm'):
-        got = m.apply_rope(x, cos, sin)
-        expect(same(got.norm(dim=-1), x.norm(dim=-1)), 'norms changed: not a rotation')
-    with g.check('one (1, T, hs/2) table broadcasts over batch and heads (a dense layer)'):
-        c1, s1 = tables(pos[:1])
-        match(m.apply_rope(x, c1, s1), rotated(x, pos[:1].expand(B, T)), [],
-              'with cos/sin of shape (1, T, hs/2) every sequence must be rotated at those positions')
-    with g.check("q . k after RoPE depends only on the distance between the two tokens' positions"):
-        q, k = torch.randn(hs), torch.randn(hs)
-        pairs = torch.tensor([[3, 1], [10, 8], [7, 5], [15, 13]])           # (4, 2): the same distance, 2
-        xq = torch.stack([q, k]).expand(4, 1, 2, hs)                        # (B=4, nh=1, T=2, hs)
-        c, s = tables(pairs)
-        out = m.apply_rope(xq, c, s)
-        dots = (out[:, 0, 0] * out[:, 0, 1]).sum(-1)
-        expect(same(dots, dots[:1].expand(4), atol=1e-4), f'q . k at the same distance differs with the '
-               f'positions ({", ".join(f"{d:.4f}" for d in dots.tolist())}): rotate by the given angles')
-
-
-def check_routed_block(g, block, forward, x, positions, w):
-    """The checks that forward_naive and forward_fast share; forward(x, w) is the student's path on one selection,
-    positions each sequence's selected positions."""
-    mask = selection(positions, x.size(1))
-    with g.check("selected tokens: x + w * f(x), f on the sequence's selected tokens at their original positions"):
-        with torch.no_grad():
-            out, expected = forward(x, w), gated_update(block, x, positions, w)
-            match(out[mask], expected[mask], [(wrong[mask], hint) for wrong, hint in
-                                              routed_mistakes(block, x, positions, w)],
-                  "selected tokens differ from x + w * f, f = block.delta on that sequence's selected tokens")
-    with g.check('every other token passes bit for bit, x itself is not modified'):
-        x0 = x.clone()
-        with torch.no_grad():
-            out = forward(x, w)
-        expect(torch.equal(x, x0), 'x was modified in place: return a new tensor (x.clone(); scatter_add, not '
-                                   'scatter_add_)')
-        expect(torch.equal(out[~mask], x[~mask]), 'unselected tokens changed: they must pass exactly as x (add the '
-                                                  'update onto the selected rows only)')
-    with g.check('gradients reach x and the gate w'):
-        grads = []
-        for fn in (forward, lambda x, w: gated_update(block, x, positions, w)):
-            xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
-            (fn(xg, wg) * torch.linspace(-1, 1, x.numel()).view_as(x)).sum().backward()
-            grads.append((xg.grad, wg.grad))
-        (gx, gw), (ex, ew) = grads
-        expect(gw is not None and bool(gw.abs().sum() > 0), 'no gradient reaches the gate w: it must stay on the '
-                                                            'graph (the router learns through it)')
-        expect(same(gw, ew), "the gate's gradient is off: d out / d w_i = f_i on selected tokens, 0 elsewhere")
-        expect(gx is not None and same(gx, ex), "x's gradient is off")
-
-
-def selection(positions, T):
-    """(B, T) bool mask of each sequence's selected positions."""
-    mask = torch.zeros(len(positions), T, dtype=torch.bool)
-    for b, pos in enumerate(positions):
-        mask[b, pos] = True
-    return mask
-
-
-def grade_forward_naive(m, g):
-    block = routed_block(m, impl='naive')
-    B, T, C = 4, 16, 16
-    x = torch.randn(B, T, C)
-    positions = [torch.tensor([1, 4, 9, 13]), torch.tensor([], dtype=torch.long), torch.tensor([7]), torch.arange(T)]
-    # scattered (not 0..k-1); none (causal routing can take none); one token; every token
-    mask, w = selection(positions, T), torch.rand(B, T) + 0.5
-    check_routed_block(g, block, lambda x, w: block.forward_naive(x, mask, w), x, positions, w)
-    with g.check("a selected token sees only its sequence's selected tokens (attention among them)"):
-        x2 = x.clone()
-        x2[~mask] += torch.randn(int((~mask).sum()), C)
-        with torch.no_grad():
-            a, b = block.forward_naive(x, mask, w), block.forward_naive(x2, mask, w)
-        expect(same(a[mask], b[mask], atol=1e-6), 'changing unselected tokens changed the selected ones: run the '
-                                                  'block on the selected subsequence only')
-
-
-def grade_forward_fast(m, g):
-    block = routed_block(m)
-    B, T, C, k = 3, 16, 16, 4
-    x, w = torch.randn(B, T, C), torch.rand(B, T) + 0.5
-    idx = torch.tensor([[1, 4, 9, 13], [0, 1, 2, 3], [5, 6, 14, 15]])        # (B, k) ascending, mostly not 0..k-1
-    check_routed_block(g, block, lambda x, w: block.forward_fast(x, idx, w), x, idx, w)
-    with g.check('the block runs once, batched, on (B, k, C): static shapes'):
-        shapes = []
-        hook = block.block.ln_1.register_forward_hook(lambda mod, args, out: shapes.append(tuple(args[0].shape)))
-        try:
-            with torch.no_grad():
-                block.forward_fast(x, idx, w)
-        finally:
-            hook.remove()
-        expect(shapes == [(B, k, C)], f'the block ran on {shapes}, expected once on (B, k, C) = {(B, k, C)}: gather '
-                                      f'the k tokens of every sequence and run them together')
-
-
-def router_of(m, gate, **kw):
-    cfg = m.GPTConfig(model='xmod' if gate == 'variance' else 'mod', n_embd=16, n_head=2, gate=gate, **kw)
-    router = m.Router(cfg)
-    with torch.no_grad():
-        router.weight.normal_(0.0, 0.02)                # GPT's init (the weight is created empty)
-    return router
-
-
-def grade_router_score(m, g):
-    B, T, C = 2, 8, 16
-    x = torch.randn(B, T, C) * torch.linspace(0.2, 5.0, T)[:, None]       # tokens of very different scales
-    router = router_of(m, 'variance')
-    w = router.weight.detach()[0]
-    xn = x / (x.pow(2).mean(-1, keepdim=True) + torch.finfo(x.dtype).eps).sqrt()
-    with g.check('variance gate: unit-norm weight . RMSNorm(x_i), shape (B, T)'):
-        r = router(x)
-        expect(tuple(r.shape) == (B, T), f'scores have shape {tuple(r.shape)}, expected (B, T) = {(B, T)}')
-        match(r, xn @ (w / w.norm()), [
-            (x @ w, 'raw scores x . w: the variance gate normalises the token (RMSNorm) and the weight (unit norm)'),
-            (xn @ w, 'the router weight is not normalised: use w / w.norm() (one scale of scores at every depth)'),
-            (x @ (w / w.norm()), 'the token is not normalised: RMSNorm(x_i) (F.rms_norm over the last dim)')],
-              'scores differ from (w / |w|) . RMSNorm(x_i)')
-    with g.check('variance gate: the same scores when a token or the weight is rescaled'):
-        r = router(x)
-        scaled = x * torch.rand(B, T, 1).add(0.5) * 4
-        expect(same(router(scaled), r, atol=1e-4), "a token's score changes with its scale: normalise it (RMSNorm)")
-        with torch.no_grad():
-            router.weight.mul_(7.0)
-        expect(same(router(x), r, atol=1e-4), "scores change with the weight's scale: use the unit-norm weight")
-    with g.check("a token's score uses that token alone (no statistic across positions: causality)"):
-        for gate in ('variance', 'plain'):
-            rt = router_of(m, gate)
-            x2 = x.clone()
-            x2[:, 5:] = torch.randn(B, T - 5, C) * 9
-            expect(same(rt(x)[:, :5], rt(x2)[:, :5], atol=1e-6),
-                   f'{gate} gate: changing later tokens changed earlier scores: a normalisation across positions '
-                   f'leaks the future into causal routing')
-    with g.check('plain gate (MoD): the raw score w . x_i'):
-        rt = router_of(m, 'plain')
-        match(rt(x), x @ rt.weight.detach()[0], [], 'plain gate: the score is x_i . w, unnormalised')
-    with g.check('gradient reaches the router weight'):
-        for gate in ('variance', 'plain'):
-            rt = router_of(m, gate)
-            (rt(x) * torch.randn(B, T)).sum().backward()
-            expect(rt.weight.grad is not None and bool(rt.weight.grad.abs().sum() > 0),
-                   f'{gate} gate: no gradient reaches router.weight')
-
-
-def grade_router_gate(m, g):
-    r = torch.linspace(-4, 4, 9).view(1, 9) + torch.tensor([[1.5]])
-    with g.check('variance gate: the learnable gain times sigmoid(r)'):
-        router = router_of(m, 'variance')
-        with torch.no_grad():
-            router.gain.fill_(0.7)
-        match(router.gate(r), 0.7 * torch.sigmoid(r), [
-            (torch.sigmoid(r), 'the learnable gain g_l is missing: g_l * sigmoid(r)'),
-            (0.7 * (r > 0).float(), 'a hard 0/1 choice has no gradient: g_l * sigmoid(r)'),
-            (r, 'the raw score is the plain (MoD) gate: the variance gate is g_l * sigmoid(r)')],
-              'gate(r) differs from gain * sigmoid(r)')
-    with g.check('plain gate (MoD): the raw score r'):
-        match(router_of(m, 'plain').gate(r), r, [(torch.sigmoid(r), 'plain gate: the raw score r, no sigmoid')],
-              'plain gate: gate(r) = r')
-    with g.check('gradients reach r and the gain'):
-        router = router_of(m, 'variance')
-        rg = r.clone().requires_grad_()
-        router.gate(rg).sum().backward()
-        s = torch.sigmoid(r)
-        expect(rg.grad is not None and same(rg.grad, router.gain.detach() * s * (1 - s)),
-               'd gate / d r is not gain * sigmoid(r) * (1 - sigmoid(r)): keep r on the graph')
-        expect(router.gain.grad is not None and same(router.gain.grad, s.sum()), 'no gradient reaches the gain')
-
-
-def grade_update_threshold(m, g):
-    B, T, k, mom = 4, 16, 2, 0.9
-    batches = [torch.randn(B, T, generator=torch.Generator().manual_seed(s)) + 1.5 for s in range(3)]  # not centred
-
-    def batch_cut(r, n):
-        top = sorted(r.flatten().tolist(), reverse=True)
-        return (top[n - 1] + top[n]) / 2
-
-    with g.check("one update: the threshold is the batch's cut (B*k of its B*T scores above it)"):
-        router = router_of(m, 'variance', router_momentum=mom)
-        router.update_threshold(batches[0], k)
-        got, cut = float(router.threshold()), batch_cut(batches[0], B * k)
-        per_seq = float(np.mean([batch_cut(row, k) for row in batches[0]]))
-        match(got, cut, [
-            (0.0, 'a fixed threshold at r = 0 (sigmoid(r) > 0.5) keeps far fewer than c of the tokens when scores are '
-                  'not centred: track the cut of the batch'),
-            (per_seq, "each sequence's cut averaged: take the cut of the whole batch's B*k highest (r flattened)"),
-            (batch_cut(batches[0], k), 'the k highest of the whole batch: the batch holds B*k selected tokens')],
-              f'threshold {got:.4f}, expected {cut:.4f}: the cut between the batch\'s (B*k)-th and (B*k+1)-th scores'
-              + (' (is thr_steps counted? threshold() divides by 1 - momentum**thr_steps)'
-                 if float(router.thr_steps) != 1 else ''))
-        rate = int((batches[0] > router.threshold()).sum())
-        expect(rate == B * k, f'{rate} of the batch\'s scores pass the threshold, expected B*k = {B * k}')
-    with g.check('an EMA with momentum over updates, debiased'):
-        router = router_of(m, 'variance', router_momentum=mom)
-        ema, cuts = 0.0, []
-        for r in batches:
-            router.update_threshold(r, k)
-            cuts.append(batch_cut(r, B * k))
-            ema = mom * ema + (1 - mom) * cuts[-1]
-        expected = ema / (1 - mom ** 3)
-        wrong = 0.0
-        for c in cuts:
-            wrong = (1 - mom) * wrong + mom * c
-        match(float(router.threshold()), expected, [
-            (cuts[-1], 'the last batch\'s cut only: keep a running EMA, thr_sum <- m * thr_sum + (1 - m) * cut'),
-            (wrong / (1 - mom ** 3), 'momentum the wrong way round: thr_sum <- m * thr_sum + (1 - m) * cut')],
-              f'threshold after 3 updates {float(router.threshold()):.4f}, expected the debiased EMA {expected:.4f}')
-        expect(float(router.thr_steps) == 3, f'thr_steps = {float(router.thr_steps)} after 3 updates')
-
-
-def grade_depth_balance_loss(m, g):
-    R, B, T, c = 3, 2, 5, 0.25
-    p = torch.rand(R, B, T, generator=torch.Generator().manual_seed(3))
-    target = c * R
-    by_hand = sum((sum(float(p[l, b, t]) for l in range(R)) - target) ** 2
-                  for b in range(B) for t in range(T)) / (B * T) / R
-    with g.check("the mean over tokens of (depth - c*R)^2 / R, depth = a token's p summed over layers"):
-        match(m.depth_balance_loss(p, target), by_hand, [
-            (by_hand * R, 'not divided by R: normalise by the number of routed layers so the coefficient does not '
-                          'scale with depth'),
-            (((p - c) ** 2).mean() / R, "each layer balanced on its own: balance each token's depth, p summed over "
-                                        "the layers"),
-            (((torch.sigmoid(p).sum(0) - target) ** 2).mean() / R,
-             'p squashed by a sigmoid: p is already each layer\'s soft choice sigmoid(r - cut), centred on its cut; '
-             'balancing a sigmoid of it (or of r) does not act on the realised selection'),
-            (((p.mean(0) - target) ** 2).mean() / R, 'depth is the sum of p over layers (compared with c*R), not '
-                                                     'the mean'),
-            ((p.sum(0) - target).abs().mean() / R, 'the squared deviation, not its absolute value')],
-              f'got {float(m.depth_balance_loss(p, target)):.6f}, expected {by_hand:.6f}')
-    with g.check('zero when every token is taken by exactly c*R routed layers'):
-        taken = torch.zeros(4, B, T)
-        for b in range(B):
-            for t in range(T):
-                taken[(b + t) % 4, b, t] = 1.0          # each token by one of 4 layers: depth 1 = 0.25 * 4
-        loss = float(m.depth_balance_loss(taken, 1.0))
-        expect(abs(loss) < 1e-9, f'loss {loss:.4g} on selections of exactly c*R layers each: ' + (
-            "p is already each layer's soft choice centred on its top-k cut: don't apply a sigmoid to it"
-            if abs(loss - float(((torch.sigmoid(taken).sum(0) - 1.0) ** 2).mean() / 4)) < 1e-6 else
-            'it must vanish when every depth is on target'))
-    with g.check('gradient: 2 (depth - c*R) / (R * B * T) on every layer\'s p'):
-        pg = p.clone().requires_grad_()
-        m.depth_balance_loss(pg, target).backward()
-        expected = (2 * (p.sum(0) - target) / (R * B * T)).expand(R, B, T)
-        expect(pg.grad is not None and same(pg.grad, expected, atol=1e-7), 'the gradient to p is off: keep p on the '
-                                                                           'graph and the formula as above')
-
-
-def moe_of(m):
-    cfg = m.GPTConfig(model='moe', n_layer=1, n_head=2, n_embd=8, block_size=16, vocab_size=32, n_expert=4,
-                      expert_top_k=2, expert_hidden=6)
-    moe = m.MoE(cfg)
-    with torch.no_grad():
-        moe.w_fc.normal_(0.0, 0.5)                    # created empty: GPT's init would do this
-        moe.w_proj.normal_(0.0, 0.5)
-    return moe
-
-
-def moe_by_hand(moe, xf, tope, weights, cap, order='choice'):
-    """y and the number of kept assignments, one assignment at a time in priority order: 'choice' (first choices,
-    then second, each by token: the rule), 'token' (token by token) or 'late' (later tokens first)."""
-    N, K = tope.shape
-    if order == 'token':
-        queue = [(t, c) for t in range(N) for c in range(K)]
-    else:
-        queue = [(t, c) for c in range(K) for t in (range(N) if order == 'choice' else reversed(range(N)))]
-    y, used, kept = torch.zeros_like(xf), [0] * moe.E, 0
-    for t, c in queue:
-        e = int(tope[t, c])
-        if used[e] < cap:
-            used[e], kept = used[e] + 1, kept + 1
-            y[t] = y[t] + weights[t, c] * (F.gelu(xf[t] @ moe.w_fc[e]) @ moe.w_proj[e])
-    return y, kept
-
-
-def grade_moe_forward_fast(m, g):
-    moe = moe_of(m)
-    N, C = 12, 8
-    xf = torch.randn(N, C)
-    # expert 0 is the first choice of tokens 0-7, expert 1 of tokens 8-11 and the second choice of tokens 0-3:
-    # at capacity 3 the priority order decides who is dropped
-    tope = torch.tensor([[0, 1]] * 4 + [[0, 2], [0, 3], [0, 2], [0, 3]] + [[1, 2], [1, 3], [1, 0], [1, 2]])
-    weights = torch.rand(N, 2)
-    weights = weights / weights.sum(1, keepdim=True)
-
-    def run(cap):
-        y, kept = moe.forward_fast(xf, tope, weights, cap)
-        return y, int(kept)
-
-    with g.check('room for all (cap = N): y = the weighted sum of each token\'s chosen experts'):
-        with torch.no_grad():
-            y, kept = run(N)
-            match(y, moe_by_hand(moe, xf, tope, weights, N)[0], [],
-                  "y differs from sum over a token's chosen experts of weight * w_proj(gelu(w_fc x))")
-        expect(kept == 2 * N, f'kept = {kept}, expected all {2 * N} assignments')
-    with g.check('over capacity: each expert keeps its first cap assignments (first choices first, then by token)'):
-        with torch.no_grad():
-            y, kept = run(3)
-            ref, ref_kept = moe_by_hand(moe, xf, tope, weights, 3)
-            match(y, ref, [(moe_by_hand(moe, xf, tope, weights, N)[0], 'capacity ignored: an expert takes at most '
-                                                                       'cap tokens, the rest are dropped'),
-                           (moe_by_hand(moe, xf, tope, weights, 3, 'token')[0], 'priority order: every first choice '
-                                                                               'before any second choice'),
-                           (moe_by_hand(moe, xf, tope, weights, 3, 'late')[0], 'priority order: earlier tokens first '
-                                                                              '(a stable sort keeps that order)')],
-                  'y differs from the dispatch in priority order with cap = 3 slots per expert')
-        expect(kept == ref_kept, f'kept = {kept}, expected {ref_kept} of {2 * N} assignments at cap = 3' +
-               (' (capacity ignored: nothing dropped)' if kept == 2 * N else ''))
-    with g.check('gradients: to the experts, and to the weights of kept assignments only'):
-        grads = []
-        for fn in (lambda w: moe.forward_fast(xf, tope, w, 3)[0], lambda w: moe_by_hand(moe, xf, tope, w, 3)[0]):
-            moe.zero_grad()
-            wg = weights.clone().requires_grad_()
-            (fn(wg) * torch.linspace(-1, 1, N * C).view(N, C)).sum().backward()
-            grads.append((wg.grad, moe.w_fc.grad.clone() if moe.w_fc.grad is not None else None))
-        (gw, gfc), (ew, efc) = grads
-        expect(gw is not None and same(gw, ew), 'the routing weights\' gradient is off (a dropped assignment gets '
-                                                'none: it contributes nothing)')
-        expect(gfc is not None and same(gfc, efc), "the experts' gradient (w_fc) is off")
-
-
-def counted_flops(m, cfg, T, B=2):
-    """Forward FLOPs per token measured by torch's FlopCounterMode (math attention, as tests/test_xmod.py)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.utils.flop_counter import FlopCounterMode
-    model = m.GPT(cfg)
-    idx = torch.randint(0, cfg.vocab_size, (B, T))
-    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
-        model(idx, idx)
-    return counter.get_total_flops() / (B * T)
-
-
-def grade_flops_per_token(m, g):
-    base = m.GPTConfig(n_layer=6, n_head=4, n_embd=64, block_size=64, vocab_size=48, stride=3, capacity=0.125)
-    tips = {'dense': 'a dense layer is 24d^2 + 4Td (QKV, projection, MLP, QK^T and AV) and the LM head 2dV',
-            'routed': 'a routed layer runs k of T tokens: (k/T) 24d^2 + 4k^2 d/T, plus 2d for its router',
-            'moe': "an MoE layer: attention 8d^2 + 4Td, router 2dE, and E * expert_capacity / N slots per token of "
-                   "4 d expert_hidden (the capacity's padding included)"}
-    for model, T in [('dense', 64), ('xmod', 64), ('xmod', 32), ('mod', 64), ('moe', 64)]:
-        cfg = replace(base, model=model, gate=None, balance=None)
-        with g.check(f'{model} at T={T}: within 2% of torch\'s FlopCounterMode'):
-            measured, got = counted_flops(m, cfg, T), m.flops_per_token(cfg, T, batch_size=2)
-            if abs(got / measured - 1) < 0.02:
-                continue
-            if model in ('mod', 'xmod'):
-                as_dense = counted_flops(m, replace(cfg, model='dense'), T)
-                expect(abs(got / as_dense - 1) >= 0.02, f'{got:.4g} FLOPs/token is what the model costs with every '
-                       f'layer dense: routed layers counted as dense. {tips["routed"]}')
-            kind = 'moe' if model == 'moe' else 'routed' if model != 'dense' else 'dense'
-            raise Fail(f'{got:.4g} FLOPs/token, the counter measures {measured:.4g} ({got / measured - 1:+.1%}): '
-                       f'{tips[kind]}')
-    with g.check('T=None means config.block_size'):
-        cfg = replace(base, model='xmod')
-        expect(m.flops_per_token(cfg) == m.flops_per_token(cfg, cfg.block_size), 'flops_per_token(cfg) differs from '
-                                                                                  'flops_per_token(cfg, block_size)')
-
-
-def feasible(m, dense, model, stride, tol=0.02):
-    """The documented search, by hand: for every depth, the k whose FLOPs are closest to the dense model's; the
-    (n_layer, k) pairs that land within tol, shallowest first."""
-    target, T, out = m.flops_per_token(dense), dense.block_size, []
-    for L in range(1, 8 * dense.n_layer + 1):
-        cfg = replace(dense, model=model, stride=stride, n_layer=L, gate=None, balance=None)
-        if 'routed' in m.layer_kinds(cfg):
-            k = min(range(1, T + 1), key=lambda k: abs(m.flops_per_token(replace(cfg, capacity=k / T)) - target))
-            if abs(m.flops_per_token(replace(cfg, capacity=k / T)) / target - 1) <= tol:
-                out.append((L, k))
-    return out
-
-
-def grade_match_flops(m, g):
-    dense = m.GPTConfig()                                 # train.py's defaults: 4 layers, width 128, T 128
-    target = m.flops_per_token(dense)
-    # (model, stride, n_layer, k of 128): README's model zoo, and stride 8
-    for model, stride, n_layer, k in [('xmod', 4, 12, 16), ('mod', 4, 6, 47), ('xmod', 2, 6, 47), ('xmod', 8, 16, 21)]:
-        with g.check(f"{model}{f' stride {stride}' if model == 'xmod' else ''}: {n_layer} layers, k = {k} of 128 "
-                     f"(within 2%, the capacity closest to c = 0.125 in ratio)"):
-            cfg = m.match_flops(dense, model, stride=stride)
-            off = m.flops_per_token(cfg) / target - 1
-            expect(cfg.model == model and cfg.stride == stride, f'returned model={cfg.model!r}, stride={cfg.stride}')
-            expect(abs(off) <= 0.02, f'{cfg.n_layer} layers at capacity {cfg.capacity:.4f} are {off:+.1%} off the '
-                                     f'dense FLOPs (tolerance 2%)')
-            got_k = cfg.capacity * 128
-            expect(float(got_k).is_integer(), f'capacity {cfg.capacity} is not k/T for an integer k')
-            if (cfg.n_layer, got_k) != (n_layer, k):
-                found = feasible(m, dense, model, stride)
-                raise Fail(f'got {cfg.n_layer} layers at k = {got_k:g}: ' + (
-                    'the first depth within tolerance; try every depth and keep the capacity closest to the target in '
-                    'ratio' if found and cfg.n_layer == found[0][0] else
-                    'keep the capacity closest to the target in ratio, |log(c/0.125)|' if (cfg.n_layer, got_k) in found
-                    else "for each depth solve the k whose FLOPs are closest to the dense model's"))
-            expect((cfg.gate, cfg.balance) == (replace(cfg, gate=None, balance=None).gate,
-                                               replace(cfg, gate=None, balance=None).balance),
-                   f"gate={cfg.gate!r}, balance={cfg.balance}: the dense config's are MoD's ('plain', 0); reset them "
-                   f"to None so that {model} gets its family defaults")
-    with g.check('n_layer=9 given: kept, and k = 24 of 128 solved for it'):
-        cfg = m.match_flops(dense, 'xmod', stride=4, n_layer=9)
-        expect((cfg.n_layer, cfg.capacity * 128) == (9, 24), f'got {cfg.n_layer} layers at k = {cfg.capacity * 128:g} '
-               f'({m.flops_per_token(cfg) / target - 1:+.1%} FLOPs): keep n_layer, solve the k closest in FLOPs')
-    with g.check('stride 1 is the dense model itself'):
-        cfg = m.match_flops(dense, 'xmod', stride=1)
-        expect(m.layer_kinds(cfg) == ['dense'] * 4 and m.flops_per_token(cfg) == target,
-               f'stride 1 gave layout {m.layout_string(cfg)}: every layer an anchor, the dense depth')
-    with g.check('ValueError when nothing lands within tol, for a non-dense base, for model=moe'):
-        for args, kw in [((dense, 'xmod'), dict(stride=2, n_layer=10)), ((dense, 'moe'), {}),
-                         ((replace(dense, model='xmod'), 'xmod'), {})]:
-            try:
-                cfg = m.match_flops(*args, **kw)
-            except ValueError:
-                continue
-            raise Fail(f'match_flops({args[0].model} config, {args[1]!r}, {kw}) returned {cfg.n_layer} layers at '
-                       f'c={cfg.capacity:.4f} instead of raising ValueError: never return a config outside tol')
-
-
-def law_points():
-    N, D = (a.ravel() for a in np.meshgrid(np.geomspace(1e5, 1e8, 4), np.geomspace(1e6, 1e9, 4)))
-    return np.log(N), np.log(D)
-
-
-def log_law(theta, logN, logD):
-    """log L by hand, one run at a time, with math (exact where nothing overflows)."""
-    a, alpha, b, beta, e = theta
-    return np.array([math.log(math.exp(a - alpha * n) + math.exp(b - beta * d) + math.exp(e))
-                     for n, d in zip(logN, logD)])
-
-
-def grade_dense_log_pred_torch(m, g):
-    logN, logD = law_points()
-    theta = np.array([6.0, 0.34, 6.0, 0.28, 0.5])
-    t = lambda v: torch.tensor(v, dtype=torch.float64)
-    with g.check('log L = LSE(a - alpha log N, b - beta log D, e), by hand'):
-        got = m.dense_log_pred_torch(t(theta), t(logN), t(logD))
-        expected = log_law(theta, logN, logD)
-        match(got, expected, [(np.exp(expected), 'returns L: the law is fitted in log space, return log L'),
-                              (log_law([*theta[:4], -50.0], logN, logD), 'E (the e term) is missing from the sum')],
-              'not log(exp(a - alpha log N) + exp(b - beta log D) + exp(e))', atol=1e-9)
-    with g.check('no overflow where exp(a) alone would (a = 750)'):
-        big = np.array([750.0, 0.34, 6.0, 0.28, 0.5])
-        got = m.dense_log_pred_torch(t(big), t(logN), t(logD))
-        expected = 750.0 - 0.34 * logN + np.log1p(np.exp(6.0 - 0.28 * logD - 750.0 + 0.34 * logN)
-                                                  + np.exp(0.5 - 750.0 + 0.34 * logN))
-        expect(torch.isfinite(torch.as_tensor(got)).all(), 'exp overflowed (inf): use torch.logsumexp over the three '
-                                                          'terms stacked, not log(exp + exp + exp)')
-        expect(same(got, expected, atol=1e-9), 'wrong value at a = 750')
-    with g.check('gradients w.r.t. theta: each term\'s softmax weight (L-BFGS needs them)'):
-        th = t(theta).requires_grad_()
-        m.dense_log_pred_torch(th, t(logN), t(logD)).sum().backward()
-        terms = np.stack([theta[0] - theta[1] * logN, theta[2] - theta[3] * logD, np.full_like(logN, theta[4])])
-        p = np.exp(terms - terms.max(0)) / np.exp(terms - terms.max(0)).sum(0)     # (3, n) softmax over the terms
-        expected = [p[0].sum(), -(p[0] * logN).sum(), p[1].sum(), -(p[1] * logD).sum(), p[2].sum()]
-        expect(th.grad is not None and same(th.grad, expected, atol=1e-9),
-               'gradient w.r.t. (a, alpha, b, beta, e) is off: compute on theta in torch (no numpy, no .item())')
-
-
-def huber_by_hand(r, delta):
-    r = np.abs(r)
-    return np.where(r < delta, 0.5 * r ** 2, delta * (r - 0.5 * delta))
-
-
-def grade_dense_objective(m, g):
-    logN, logD = law_points()
-    theta = np.array([6.0, 0.34, 6.0, 0.28, 0.5])
-    pred = log_law(theta, logN, logD)
-    resid = np.array([0.0002, -0.0004, 0.003, -0.02, 0.0009, 0.05, -0.0001, 0.0015] * 2)   # each side of delta
-    logL = pred - resid
-    w = np.array([1, 2, 0, 1, 3, 1, 1, 0, 1, 1, 2, 1, 1, 1, 0, 1], dtype=np.float64)
-    delta = m.HUBER_DELTA
-    t = lambda v: torch.tensor(v, dtype=torch.float64)
-    with g.check('sum over runs of w * Huber(log L_pred - log L), delta = HUBER_DELTA, by hand'):
-        got = m.dense_objective(t(theta), t(logN), t(logD), t(logL), t(w))
-        L_resid = np.exp(pred) - np.exp(logL)
-        match(got, (w * huber_by_hand(resid, delta)).sum(), [
-            ((w * 0.5 * resid ** 2).sum(), f'a squared loss (or Huber with delta 1.0, torch\'s default): Huber with '
-                                           f'delta = HUBER_DELTA = {delta} is linear beyond delta, robust to outliers'),
-            ((w * huber_by_hand(L_resid, delta)).sum(), 'fitting L instead of log L: the residual is '
-                                                        'log L_pred - log L'),
-            ((w * huber_by_hand(resid, delta)).mean(), 'a mean over runs: the objective is the sum (OBJ_SCALE and '
-                                                       "L-BFGS's tolerances assume it)"),
-            (huber_by_hand(resid, delta).sum(), 'the weights w are ignored (a bootstrap resample is integer weights)'),
-            (huber_by_hand(w * resid, delta).sum(), 'w inside the Huber: weight each run\'s loss, w * huber(r)')],
-              f'got {float(got):.6g}, expected {(w * huber_by_hand(resid, delta)).sum():.6g}', atol=1e-12)
-    with g.check('gradients reach theta'):
-        th = t(theta).requires_grad_()
-        m.dense_objective(th, t(logN), t(logD), t(logL), t(w)).backward()
-        ref = t(theta).requires_grad_()
-        r = m.dense_log_pred_torch(ref, t(logN), t(logD)) - t(logL)
-        (t(w) * torch.where(r.abs() < delta, 0.5 * r ** 2, delta * (r.abs() - 0.5 * delta))).sum().backward()
-        expect(th.grad is not None and same(th.grad, ref.grad, atol=1e-12, rtol=1e-6),
-               'the gradient w.r.t. theta is off: build the objective from theta with torch ops')
-    with g.check('L-BFGS with it recovers a known law from one start (fit_law.lbfgs_fit)'):
-        true = np.array([np.log(400.0), 0.34, np.log(410.0), 0.28, np.log(1.7)])
-        fitted, _ = m.lbfgs_fit([5.0, 0.5, 5.0, 0.5, 0.5], logN, logD, log_law(true, logN, logD))
-        expect(np.allclose(fitted[[1, 3]], true[[1, 3]], atol=0.01) and abs(np.exp(fitted[4]) / 1.7 - 1) < 0.01,
-               f'fitted alpha {fitted[1]:.3f}, beta {fitted[3]:.3f}, E {np.exp(fitted[4]):.3f}; true 0.34, 0.28, 1.7')
-
-
-def grade_wls(m, g):
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(10, 3))
-    coef = np.array([0.02, -0.015, 0.008])
-    y = X @ coef + 0.004 * rng.normal(size=10) + 0.01                 # noise and an offset the law does not have
-    w = rng.integers(0, 4, size=10).astype(np.float64)
-    with g.check('noiseless: the coefficients come back exactly'):
-        got = m.wls(X, X @ coef)
-        expect(np.shape(got) == (3,), f'returned shape {np.shape(got)}, expected one coefficient per column (3,)' +
-               (': an intercept? the law has no constant term (Delta must vanish at rho = 1)'
-                if np.shape(got) == (4,) else ''))
-        expect(same(got, coef, atol=1e-10), 'least squares on noiseless data must return the true coefficients')
-    with g.check('no intercept: Delta = X coef vanishes at rho = 1'):
-        ones = np.column_stack([np.ones(10), X])
-        match(m.wls(X, y), np.linalg.lstsq(X, y, rcond=None)[0], [
-            (np.linalg.lstsq(ones, y, rcond=None)[0][1:], 'an intercept was fitted: the law has none (Delta must '
-                                                           'vanish at rho = 1, where every column is 0)')],
-              'differs from the least-squares solution of X coef = y', atol=1e-10)
-    with g.check('weights: an integer weight counts as that many copies of the pair (the bootstrap)'):
-        rows = np.repeat(np.arange(10), w.astype(int))
-        expected = np.linalg.lstsq(X[rows], y[rows], rcond=None)[0]
-        match(m.wls(X, y, w), expected, [
-            (np.linalg.lstsq(X, y, rcond=None)[0], 'the weights are ignored'),
-            (np.linalg.lstsq(X * w[:, None], y * w, rcond=None)[0], 'rows scaled by w: scale by sqrt(w), so that '
-                                                                    'each squared residual weighs w')],
-              'weighted least squares: minimise sum w_i (x_i . coef - y_i)^2', atol=1e-10)
-
-
-GRADERS = {name: globals()['grade_' + name] for name in EXERCISES}
+def whole_model(workdir):
+    """check --all's last part: the copy's GPT of every family against the repository's with the same weights
+    (graders.WHOLE_MODEL). A failure names the copy's function that causes it, found one function at a time."""
+    copy = os.path.join(workdir, 'xmod.py')
+    print("whole model: every family's GPT in " + (show(copy) if os.path.isfile(copy) else
+                                                   f"the repository's xmod.py ({show(workdir)} has no copy)")
+          + " against the repository's, with the same weights")
+    ref = reference('xmod.py')
+    g = Grading('whole model', copy)
+    try:
+        with student('xmod.py', workdir) as (module, path):
+            for what, check in WHOLE_MODEL:
+                with g.check(what):
+                    check(module, ref)
+            g.results = [(what, hint if hint is None or 'still raises NotImplementedError' in hint else
+                          f'{hint}: {named(dict(WHOLE_MODEL)[what], ref, workdir)}')
+                         for what, hint in g.results]
+    except Exception as e:
+        g.results.append(('your copy loads', f'{type(e).__name__}: {one_line(e)}'))
+    g.report()
+    return g.results
+
+
+def named(check, ref, workdir):
+    """The copy's function that fails `check` when put alone into the repository's xmod.py, in words."""
+    found = culprit('xmod.py', workdir, lambda hybrid: failure_of(check, hybrid, ref))
+    if found:
+        return f"your copy's {found[0]} differs from the repository's (put alone into the repository's xmod.py, it " \
+               f"fails this check)"
+    others = differing('xmod.py', workdir)
+    return ("no one function of your copy does this alone in the repository's xmod.py; yours that differ: " +
+            (', '.join(others) or 'none (look outside the functions: constants, class fields, imports)'))
+
+
+def failure_of(check, module, ref):
+    """check(module, ref)'s hint, or None when it passes."""
+    g = Grading('whole model', '')
+    with g.check(''):
+        check(module, ref)
+    return g.results[0][1]
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -1023,6 +531,10 @@ def main(argv):
     if args.all:
         print(f"all {len(names)} exercises pass" if not failed else
               f"{len(failed)} of {len(names)} exercises fail: {', '.join(failed)}")
+        wrong = [what for what, hint in whole_model(args.workdir) if hint is not None]
+        print(f"whole model: all {len(WHOLE_MODEL)} checks pass" if not wrong else
+              f"whole model: {len(wrong)} of {len(WHOLE_MODEL)} checks fail")
+        failed += wrong
     else:
         print(f"{names[0]}: " + ('every check passes' if not failed else 'not yet: see the hints above'))
     return 1 if failed else 0
