@@ -10,9 +10,9 @@ by 0.025 to 0.052; at the reference point (T=128, 2M tokens) tuning turned a lea
    T=256 themselves, rather than assumed to be the 2M, T=128 one.
 2. Seeds 1 and 2 at each arm's best rate: Delta with 3 seeds per arm, paired by seed.
 3. The reference X-MoD (T=128, 2M tokens, 4e-3) with depth balancing at 0.5 instead of 0.1, seeds 0-2, paired
-   with results/cpu_lr's dense runs of those seeds. In 10 of the 12 trained X-MoD models of results/cpu_lr/overlap some pair of
-   routed layers takes nearly the same tokens (causal Jaccard 0.6-1.0, where independent choices give 0.07;
-   results/cpu_lr/overlap). The balance loss is the variance of each token's routed depth, which is the sum of every
+   with results/cpu_lr's dense runs of those seeds. In 10 of the 12 trained X-MoD models of results/cpu_lr/overlap
+   some pair of routed layers takes nearly the same tokens (causal Jaccard 0.6-1.0, where independent choices give
+   0.07). The balance loss is the variance of each token's routed depth, which is the sum of every
    pair's co-selection: a larger coefficient is the principled push against a collapsed pair (--balance, a switch
    that exists).
 The arms: the 4-layer dense model against X-MoD strides 2 (c 0.531), 4 (c 0.125) and 8 (c 0.250) at 0.5M tokens,
