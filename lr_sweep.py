@@ -4,8 +4,8 @@ learning-rate sweep (sweeps/cpu_lr.py).
 
     python lr_sweep.py results/cpu_lr/runs --out results/cpu_lr        # lr.json, lr.md, lr_vs_loss.png
 
-An arm is a family variant (dense, xmod, ...) at one width, context, budget and learning-rate schedule (a WSD
-branch counts as the WSD run of its budget, which it equals). For each arm: its final loss at
+An arm is a family variant (dense, xmod, ...) at one stride and capacity, width, context, budget and learning-rate
+schedule (a WSD branch counts as the WSD run of its budget, which it equals). For each arm: its final loss at
 every peak rate (seed 0), its best rate (the lowest seed-0 loss, the rule the sweep used to place its seeds), and
 the seeds' mean and standard error there. Delta = sparse - dense at the same width, context and budget, paired by
 seed: with each arm at its own best rate (the fair comparison) and with both at each shared rate. The metric is
@@ -25,11 +25,21 @@ from configurator import UserError  # noqa: E402
 from runs import METRICS, load_runs  # noqa: E402
 
 
+def layout(r):
+    """(stride, capacity) of a routed model, (None, None) for one that routes nothing."""
+    return (None, None) if r['variant'] in ('dense', 'moe') else (r['stride'], round(r['capacity'], 4))
+
+
+def label(a):
+    """An arm's name in tables and legends: the variant, and a routed model's stride and capacity."""
+    return a['variant'] if a['stride'] is None else f"{a['variant']} s{a['stride']} c{a['capacity']:g}"
+
+
 def arms(runs, metric):
-    """{(variant, n_embd, T, tokens, schedule): {lr: {seed: loss}}}."""
+    """{(variant, n_embd, T, tokens, schedule, stride, capacity): {lr: {seed: loss}}}."""
     out = defaultdict(lambda: defaultdict(dict))
     for r in runs:
-        key = (r['variant'], r['n_embd'], r['T'], r['tokens'], r['config'].get('lr_schedule', 'cosine'))
+        key = (r['variant'], r['n_embd'], r['T'], r['tokens'], r['config'].get('lr_schedule', 'cosine'), *layout(r))
         out[key][r['config']['learning_rate']][r['seed']] = r['loss'][metric]
     return out
 
@@ -54,7 +64,7 @@ def analyse(runs, metric):
     table = arms(runs, metric)
     result = {'metric': metric, 'arms': [], 'deltas': []}
     best = {}
-    for key in sorted(table, key=lambda k: (k[4], k[1], k[2], k[3], k[0] != 'dense', k[0])):
+    for key in sorted(table, key=lambda k: (k[4], k[1], k[2], k[3], k[0] != 'dense', k[0], k[5] or 0, k[6] or 0)):
         by_lr = table[key]
         grid = sorted(lr for lr in by_lr if 0 in by_lr[lr])
         if not grid:
@@ -63,17 +73,19 @@ def analyse(runs, metric):
         m, se, n = mean_se(list(by_lr[lr_best].values()))
         edge = len(grid) > 1 and lr_best in (grid[0], grid[-1])
         best[key] = lr_best
-        variant, width, T, tokens, schedule = key
-        result['arms'].append(dict(variant=variant, n_embd=width, T=T, tokens=tokens, schedule=schedule, lrs=grid,
+        variant, width, T, tokens, schedule, stride, capacity = key
+        result['arms'].append(dict(variant=variant, stride=stride, capacity=capacity, n_embd=width, T=T, tokens=tokens,
+                                   schedule=schedule, lrs=grid,
                                    loss=[by_lr[lr][0] for lr in grid], best_lr=lr_best, best_at_edge=edge,
                                    best_mean=m, best_se=se, best_seeds=n))
     for key, lr_s in best.items():
-        variant, width, T, tokens, schedule = key
-        dkey = ('dense', width, T, tokens, schedule)
+        variant, width, T, tokens, schedule, stride, capacity = key
+        dkey = ('dense', width, T, tokens, schedule, None, None)
         if variant == 'dense' or dkey not in best:
             continue
         sparse, dense = table[key], table[dkey]
-        row = dict(variant=variant, n_embd=width, T=T, tokens=tokens, schedule=schedule, lr_sparse=lr_s,
+        row = dict(variant=variant, stride=stride, capacity=capacity, n_embd=width, T=T, tokens=tokens,
+                   schedule=schedule, lr_sparse=lr_s,
                    lr_dense=best[dkey],
                    tuned=paired_delta(sparse[lr_s], dense[best[dkey]]),
                    shared={lr: paired_delta(sparse[lr], dense[lr]) for lr in sorted(set(sparse) & set(dense))})
@@ -94,7 +106,7 @@ def to_markdown(result):
     for a in result['arms']:
         losses = ', '.join(f"{lr:g}: {v:.4f}" for lr, v in zip(a['lrs'], a['loss']))
         se = f" ± {a['best_se']:.4f}" if a['best_se'] is not None else ''
-        lines.append(f"| {a['variant']} | {a['n_embd']} | {a['T']} | {int(a['tokens']):,} | {a['schedule']} | {losses} | "
+        lines.append(f"| {label(a)} | {a['n_embd']} | {a['T']} | {int(a['tokens']):,} | {a['schedule']} | {losses} | "
                      f"{a['best_lr']:g}"
                      f"{' (grid edge)' if a['best_at_edge'] else ''} | {a['best_mean']:.4f}{se} ({a['best_seeds']}) |")
     lines += ['', 'Delta = sparse - dense, paired by seed (negative: the sparse model is better).', '',
@@ -102,7 +114,7 @@ def to_markdown(result):
               '|---|---|---|---|---|---|---|']
     for d in result['deltas']:
         shared = '; '.join(f"{lr:g}: {fmt_delta(v)}" for lr, v in d['shared'].items())
-        lines.append(f"| {d['variant']} | {d['n_embd']} | {d['T']} | {int(d['tokens']):,} | {d['schedule']} | "
+        lines.append(f"| {label(d)} | {d['n_embd']} | {d['T']} | {int(d['tokens']):,} | {d['schedule']} | "
                      f"{fmt_delta(d['tuned'])} "
                      f"(sparse {d['lr_sparse']:g}, dense {d['lr_dense']:g}) | {shared} |")
     return '\n'.join(lines) + '\n'
@@ -119,14 +131,15 @@ def plot(result, path):
     for ax in axes.flat[len(panels):]:
         ax.axis('off')
     for ax, (width, T, tokens, schedule) in zip(axes.flat, panels):
+        colours = iter(plt.rcParams['axes.prop_cycle'].by_key()['color'])
         for a in result['arms']:
             if (a['n_embd'], a['T'], a['tokens'], a['schedule']) != (width, T, tokens, schedule):
                 continue
-            c = 'black' if a['variant'] == 'dense' else 'tab:blue'
-            ax.plot(a['lrs'], a['loss'], 'o-', c=c, label=f"{a['variant']} (seed 0)")
+            c = 'black' if a['variant'] == 'dense' else next(colours)
+            ax.plot(a['lrs'], a['loss'], 'o-', c=c, label=f"{label(a)} (seed 0)")
             if a['best_se'] is not None:
                 ax.errorbar([a['best_lr']], [a['best_mean']], yerr=[a['best_se']], fmt='s', c=c, capsize=4,
-                            mfc='white', label=f"{a['variant']}: {a['best_seeds']} seeds at its best")
+                            mfc='white', label=f"{label(a)}: {a['best_seeds']} seeds at its best")
         ax.set_xscale('log')
         lrs = sorted({lr for a in result['arms'] if a['n_embd'] == width for lr in a['lrs']})
         ax.set_xticks(lrs, [f'{lr:g}' for lr in lrs])

@@ -815,7 +815,14 @@ def test_lr_sweep_keeps_each_schedule_its_own_arm(tmp_path):
         ('dense', 'cosine'), ('dense', 'wsd'), ('xmod', 'cosine'), ('xmod', 'wsd')]
     deltas = {d['schedule']: d['tuned']['mean'] for d in result['deltas']}
     assert deltas == pytest.approx({'cosine': 0.02, 'wsd': 0.05})
-    assert '| xmod | 128 | 128 | 1,048,576 | wsd |' in (tmp_path / 'out' / 'lr.md').read_text()
+    assert '| xmod s4 c0.125 | 128 | 128 | 1,048,576 | wsd |' in (tmp_path / 'out' / 'lr.md').read_text()
+    # another stride at the same width, budget and rate is another arm, against the same dense run
+    make_run(tmp_path, 'xmod_s2_cosine', loss=2.99, learning_rate=4e-3, lr_schedule='cosine',
+             **dict(xmod, stride=2, n_layer=5, capacity=0.5))
+    assert lr_sweep.main([str(tmp_path), '--out', str(tmp_path / 'out')]) == 0
+    result = json.load(open(tmp_path / 'out' / 'lr.json'))
+    deltas = {(d['stride'], d['schedule']): d['tuned']['mean'] for d in result['deltas']}
+    assert deltas == pytest.approx({(4, 'cosine'): 0.02, (4, 'wsd'): 0.05, (2, 'cosine'): -0.01})
 
 
 # -----------------------------------------------------------------------------
