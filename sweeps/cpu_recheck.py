@@ -10,7 +10,8 @@ by 0.025 to 0.052; at the reference point (T=128, 2M tokens) tuning turned a lea
    T=256 themselves, rather than assumed to be the 2M, T=128 one.
 2. Seeds 1 and 2 at each arm's best rate: Delta with 3 seeds per arm, paired by seed.
 The arms: the 4-layer dense model against X-MoD strides 2 (c 0.531), 4 (c 0.125) and 8 (c 0.250) at 0.5M tokens,
-then the T=256 pair at 2M tokens (X-MoD stride 4, c 0.125, depth solved). About an hour on 2 CPU cores, resumable.
+then the T=256 pair at 2M tokens (X-MoD stride 4, c 0.125, depth solved). 1.1e14 training FLOPs (sweep.py --dry_run): about an hour on 2 CPU cores at the 2.9e10 FLOP/s a 1-thread job
+sustained over cpu_lr (evaluations included), resumable.
 """
 import os
 import runpy
