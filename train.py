@@ -265,10 +265,11 @@ def eval_row(run, model, raw_model):
 # -----------------------------------------------------------------------------------------------------------------
 # the run: set up, build the model, write run.json, train
 
-def setup_run(argv, lock):
+def setup_run(argv, lock=None):
     """Everything decided before anything is written: the config (resumed or new), processes, device, data, model
     shape and budget. Bad input raises UserError here, with nothing on disk touched. Rank 0 takes the folder's lock
-    (run_folder.RunLock) before it reads the folder, when a trainer has written there before."""
+    (run_folder.RunLock) before it reads the folder, when a trainer has written there before; lock=None (a caller
+    that only wants the resolved run, not to train it) takes none."""
     from_file = set()
     cfg, explicit = configure(argv, DEFAULTS, doc=__doc__, source=__file__, from_file=from_file)
     ddp = int(os.environ.get('RANK', -1)) != -1
@@ -282,7 +283,7 @@ def setup_run(argv, lock):
     if follows_world:
         cfg.gradient_accumulation_steps = world_size
     run_folder.check_config(cfg, world_size, explicit)
-    if rank == 0:          # only rank 0 writes the folder, so only rank 0 holds its lock
+    if rank == 0 and lock is not None:      # only rank 0 writes the folder, so only rank 0 holds its lock
         lock.take(cfg.out_dir, create=False)
     ckpt_path = os.path.join(cfg.out_dir, 'ckpt.pt')
     branch_from = cfg.init_from if cfg.init_from.endswith('.pt') else None

@@ -616,7 +616,7 @@ def test_wsd_branch_equals_the_separate_run(corpus, tmp_path):
     long = str(tmp_path / 'long')
     r = run(TRAIN, *base, '--max_iters=40', '--save_steps=16,20', f'--out_dir={long}')
     assert r.returncode == 0, r.stderr
-    assert sorted(os.listdir(long)) == ['ckpt.pt', 'ckpt_16.pt', 'ckpt_20.pt', 'log.csv', 'run.json']
+    assert sorted(os.listdir(long)) == ['ckpt.pt', 'ckpt_16.pt', 'ckpt_20.pt', 'log.csv', 'run.json', 'train.lock']
     for budget, at in ((20, 16), (25, 20)):
         alone, branch = str(tmp_path / f'alone{budget}'), str(tmp_path / f'branch{budget}')
         assert run(TRAIN, *base, f'--max_iters={budget}', f'--out_dir={alone}').returncode == 0
