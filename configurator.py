@@ -9,6 +9,7 @@ import contextlib
 import difflib
 import os
 import sys
+import time
 import tokenize
 import types
 from ast import literal_eval
@@ -34,23 +35,38 @@ def one_line(e):
 
 
 def run_main(prog, fn, argv=None, interrupted=''):
-    """fn(argv) -> exit code, with UserError -> 2, LossDiverged -> 3, Ctrl-C -> 130, each as one line on stderr."""
+    """fn(argv) -> exit code, with UserError -> 2, LossDiverged -> 3, Ctrl-C -> 130, each as one line on stderr
+    (under torchrun, once: see say)."""
     if hasattr(sys.stdout, 'reconfigure'):
         sys.stdout.reconfigure(line_buffering=True)     # a redirected log gets each line as it is printed
     try:
         return fn(sys.argv[1:] if argv is None else argv)
     except UserError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        say(f"{prog}: error: {e}")
         return EXIT_BAD_INPUT
     except LossDiverged as e:
-        print(f"{prog}: {e}", file=sys.stderr)
+        say(f"{prog}: {e}")
         return EXIT_DIVERGED
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted{'; ' + interrupted if interrupted else ''}", file=sys.stderr)
+        say(f"{prog}: interrupted{'; ' + interrupted if interrupted else ''}")
         return EXIT_INTERRUPTED
     finally:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+RANK_GRACE_S = 10       # how long a torchrun rank other than 0 keeps quiet about an error (see say)
+
+
+def say(line):
+    """The one line of an error, on stderr. Under torchrun every rank meets the same bad input or loss, and torchrun
+    stops all ranks as soon as one exits: a rank other than 0 waits RANK_GRACE_S first, so that rank 0 says it once
+    (and is the "root cause" in torchrun's report). A rank still alive after that met an error of its own: it says it."""
+    rank = os.environ.get('RANK', '0')
+    if rank != '0':
+        time.sleep(RANK_GRACE_S)
+        line = f"[rank {rank}] {line}"
+    print(line, file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 run_folder.py: the run folder's machinery, which a reader of train.py does not need to see.
 
   - run.json, log.csv (its first columns, LOG_COLUMNS, are a contract fit_law.py reads) and ckpt.pt, every write
-    atomic; a new run's claim on its folder; truncating the log on resume
+    atomic; a new run's claim on its folder; truncating the log on resume; one trainer per folder (RunLock)
   - every random generator's state, for an exact resume; the git commit; on a CPU, the thread count that other
     busy processes leave (`CPUThreads`, train.py's --threads=0)
   - train.py's input checks (check_config), the merge of a checkpoint's config with a resume's command line
@@ -10,6 +10,7 @@ run_folder.py: the run folder's machinery, which a reader of train.py does not n
 """
 import contextlib
 import csv
+import fcntl
 import glob
 import io
 import json
@@ -83,6 +84,20 @@ def load_checkpoint(path, map_location='cpu', missing='nothing to resume (start 
     return ckpt
 
 
+def load_model(out_dir, dev):
+    """(the run's model on dev, in eval mode: causal thresholds frozen, dropout off; its checkpoint), for the scripts
+    that use a trained model (sample.py, downstream.py). UserError when the checkpoint is missing or does not
+    rebuild."""
+    ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), map_location=dev,
+                           missing=f"train a model into it first: python train.py --out_dir={out_dir}")
+    try:
+        model = xmod.GPT(xmod.GPTConfig(**ckpt['model_args']))
+        model.load_state_dict(clean_state_dict(ckpt['model']))
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise UserError(f"{out_dir}/ckpt.pt: cannot rebuild the model: {one_line(e)}") from None
+    return model.eval().to(dev), ckpt
+
+
 def run_state(out_dir):
     """'finished', 'partial' (run.json says finished: false) or 'new' (no readable run.json)."""
     try:
@@ -97,12 +112,13 @@ def never_checkpointed(out_dir):
     return run_state(out_dir) == 'partial' and not os.path.exists(os.path.join(out_dir, 'ckpt.pt'))
 
 
-def check_new_run(out_dir, overwrite):
+def check_new_run(out_dir, overwrite, say=True):
     """A new run into out_dir: refused when the folder holds a run, unless --overwrite or that run never reached its
-    first checkpoint (nothing to resume and nothing to keep: it is replaced, saying so)."""
+    first checkpoint (nothing to resume and nothing to keep: it is replaced, saying so unless say=False)."""
     held = [f for f in RUN_FILES if os.path.exists(os.path.join(out_dir, f))]
     if held and not overwrite and never_checkpointed(out_dir):
-        print(f"{out_dir} holds a run that never reached its first checkpoint: replacing it")
+        if say:
+            print(f"{out_dir} holds a run that never reached its first checkpoint: replacing it")
     elif held and not overwrite:
         raise UserError(f"{out_dir} already holds a run ({', '.join(held)}): resume it with "
                         f"--init_from=resume, pick another --out_dir, or replace it with --overwrite=True")
@@ -115,6 +131,77 @@ def clear_run(out_dir):
             os.remove(os.path.join(out_dir, f))
     for f in glob.glob(os.path.join(glob.escape(out_dir), 'ckpt_*.pt')):
         os.remove(f)
+
+
+LOCK_FILE = 'train.lock'      # in out_dir: flock'ed by the trainer writing the folder, its PID inside
+
+
+class RunLock:
+    """One trainer per run folder: an exclusive flock on out_dir/train.lock, held while the process lives. The kernel
+    releases it when the process dies, kill -9 included, so no lock is ever stale; the PID written into the file only
+    names the holder in the message of a trainer that is refused. An flock belongs to the open file, so a process
+    that takes it twice (in-process tests) is refused too: release() closes the file.
+
+    take(out_dir, create=False) locks an existing lock file and changes nothing on disk: a trainer does that before
+    it reads the folder, since a refused trainer, or one that then meets bad input, must leave the folder as it was.
+    take(out_dir, create=True) makes the file, when a run is about to be written. Both raise UserError when another
+    process holds the lock; take returns whether this process now holds it."""
+
+    def __init__(self):
+        self.fd = None
+
+    def take(self, out_dir, create):
+        if self.fd is not None:
+            return True
+        path = os.path.join(out_dir, LOCK_FILE)
+        try:
+            fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+        except FileNotFoundError:
+            return False                        # no trainer ever wrote here (create=False): nothing to lock yet
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UserError(f"{out_dir} is being written by another trainer ({holder(path)}): one trainer per run "
+                            f"folder; wait for it to end or stop it, then run again") from None
+        self.fd = fd
+        return True
+
+    def write_pid(self):
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self):
+        if self.fd is not None:
+            os.close(self.fd)                   # closing the file releases the flock
+            self.fd = None
+
+
+def holder(lock_path):
+    """'PID N' of the process a held lock file names, or what it is when the file names none that runs: a trainer
+    still starting has not written its PID yet (the file may still name its predecessor, which no longer runs)."""
+    try:
+        with open(lock_path) as f:
+            pid = int(f.read().strip())
+        os.kill(pid, 0)                         # signal 0: only asks whether the process exists
+    except PermissionError:
+        pass                                    # it exists, as another user
+    except (OSError, ValueError):
+        return "a process that is still starting"
+    return f"PID {pid}"
+
+
+def running_elsewhere(out_dir):
+    """The holder ('PID N') when a trainer holds out_dir's lock, else None. It probes by taking the lock for an
+    instant, so it never waits and never creates the file."""
+    lock = RunLock()
+    try:
+        lock.take(out_dir, create=False)
+    except UserError:
+        return holder(os.path.join(out_dir, LOCK_FILE))
+    finally:
+        lock.release()
+    return None
 
 
 def clean_state_dict(state):

@@ -17,8 +17,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from configurator import UserError, autocast, configure, defaults_of, one_line, pick_device, run_main
-from run_folder import clean_state_dict, load_checkpoint
-from xmod import GPT, GPTConfig, layer_kinds, layout_string
+from run_folder import load_model
+from xmod import layer_kinds, layout_string
 
 # -----------------------------------------------------------------------------------------------------------------
 out_dir = 'out'             # the run folder holding ckpt.pt
@@ -40,14 +40,7 @@ def sample(argv):
     cfg, _ = configure(argv, DEFAULTS, doc=__doc__, source=__file__)
     dev = pick_device(cfg.device)
     device_type = dev.split(':')[0]
-    ckpt = load_checkpoint(os.path.join(cfg.out_dir, 'ckpt.pt'), map_location=dev,
-                           missing=f"train a model into it first: python train.py --out_dir={cfg.out_dir}")
-    try:
-        model = GPT(GPTConfig(**ckpt['model_args']))
-        model.load_state_dict(clean_state_dict(ckpt['model']))
-    except (TypeError, ValueError, RuntimeError) as e:
-        raise UserError(f"{cfg.out_dir}/ckpt.pt: cannot rebuild the model: {one_line(e)}") from None
-    model.eval().to(dev)                  # eval: the causal thresholds stay frozen, dropout off
+    model, ckpt = load_model(cfg.out_dir, dev)      # in eval mode: the causal thresholds stay frozen, dropout off
     if cfg.show_routing and 'routed' not in layer_kinds(model.config):
         raise UserError(f"--show_routing: this {model.config.model} model ({layout_string(model.config)}) has no "
                         f"routed layer to draw")

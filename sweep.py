@@ -6,6 +6,9 @@ skipped, an interrupted one resumes from its checkpoint (train.py --init_from=au
     python sweep.py sweeps/cpu_small.py --dry_run    # list the runs and their state, run nothing
     python sweep.py sweeps/cpu_small.py --only=dense # only runs whose name contains 'dense'
     python sweep.py sweeps/cpu_small.py --out=DIR    # run folders under DIR instead of results/<name>/runs
+    python sweep.py sweeps/gpu_small.py --gpus=0,1,2,3 --per_gpu=2   # 8 at a time, 2 on each of 4 GPUs
+    python sweep.py sweeps/gpu_small.py --commands   # one train.py command a line (Slurm arrays, GNU parallel)
+    python sweep.py sweeps/gpu_small.py --dry_run --flops_per_s=2e14  # and how long what is left would take
 
 Runs are started in the file's order as slots free up, and the file is read again before each start, so a run that
 it lists only once another has finished (a branch of a kept step, seeds at a rate found best) joins the same call.
@@ -14,9 +17,22 @@ A sweep file defines `name` (the results folder: results/<name>/runs/<run>), `jo
 its own init_from=PATH/ckpt_S.pt is a branch of a kept step of another run (train.py, WSD budgets).
 On a CPU, `jobs` runs share the cores one thread each (OMP_NUM_THREADS = cores // jobs): two 1-thread runs get
 more done than one 2-thread run on a 2-core machine (docs/speed.md), and never more threads than cores.
+On GPUs, --gpus=0,1,2,3 gives each running job one of them (CUDA_VISIBLE_DEVICES, so a run's device 'cuda' is that
+GPU) and --per_gpu=N puts N runs on each at once: a small model leaves most of a large GPU idle. jobs follows.
+
+--dry_run also gives each run's training FLOPs as run.json counts them (3 x forward FLOPs/token x tokens; the
+evaluations are not counted) and the total left to train: an unfinished run less the steps its log already holds,
+a branch less the steps it inherits. With --flops_per_s (what all the sweep's jobs together sustain) it turns that
+into hours. A run that another trainer holds (its folder's lock, train.py) is shown as `running` and is left to it.
+
+--commands prints the train.py command of every unfinished run, one a line and nothing else, runnable from this
+folder and resumable (--init_from=auto): `sed -n "${SLURM_ARRAY_TASK_ID}p"` picks one in a Slurm array
+(sweeps/slurm_array.sh), `parallel` runs them over ssh. A sweep file that adds runs as others finish (the
+branches of cpu_wsd, the seeds of cpu_lr) gives those on a later call, once what they wait for is finished.
 """
 import os
 import runpy
+import shlex
 import subprocess
 import sys
 import threading
@@ -26,14 +42,19 @@ from tqdm import tqdm
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import train  # noqa: E402
 from configurator import UserError, configure, defaults_of, run_main  # noqa: E402
-from run_folder import run_state  # noqa: E402
+from run_folder import log_rows, run_state, running_elsewhere  # noqa: E402
 
 # -----------------------------------------------------------------------------------------------------------------
 jobs = 0              # runs at a time (0 = the sweep file's `jobs`)
 dry_run = False       # list the runs and their state, run nothing
 only = ''             # only runs whose name contains this
 out = ''              # run folders under this folder instead of results/<name>/runs
+gpus = ''             # comma-separated GPU ids: each running job gets one (CUDA_VISIBLE_DEVICES); '' = no choice
+per_gpu = 0           # runs sharing each GPU of --gpus at once (0 = 1); jobs = GPUs x per_gpu
+commands = False      # print one resumable train.py command per unfinished run, one a line, nothing else
+flops_per_s = 0.0     # --dry_run: the FLOP/s all jobs together sustain, for an estimate of the time left (0 = none)
 # -----------------------------------------------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
 
@@ -50,13 +71,51 @@ def load_sweep(path):
     return spec
 
 
-def command(run, common, out_dir):
+def command(run, common, out_dir, python=sys.executable, script=os.path.join(HERE, 'train.py')):
     if out_dir.startswith(HERE + os.sep):
         out_dir = os.path.relpath(out_dir, HERE)     # train.py runs in HERE; no machine paths in run.json
     # auto: a finished run is left, an interrupted one resumed; a branch (init_from=PATH/ckpt_S.pt) does the same
     args = {**common, **{k: v for k, v in run.items() if k != 'name'}, 'out_dir': out_dir,
             'init_from': run.get('init_from', 'auto')}
-    return [sys.executable, os.path.join(HERE, 'train.py')] + [f'--{k}={v}' for k, v in args.items()]
+    return [python, script] + [f'--{k}={v}' for k, v in args.items()]
+
+
+def run_flops(run, common, out_dir):
+    """(training FLOPs of the run's whole budget, FLOPs still to train) as train.py counts them, from the config
+    alone (train.sizes); None when its dataset's meta.pkl is not there to give the vocabulary."""
+    args = command(run, common, out_dir)[2:]
+    cfg, _ = configure([a for a in args if not a.startswith('--init_from=')], train.DEFAULTS)
+    folder = cfg.data_dir or os.path.join(HERE, 'data', cfg.dataset)
+    try:
+        with open(os.path.join(folder, 'meta.pkl'), 'rb') as f:
+            meta = __import__('pickle').load(f)
+    except OSError:
+        return None
+    _, tokens_per_iter, fpt, n_iters = train.sizes(cfg, meta)
+    _, rows = log_rows(os.path.join(out_dir, 'log.csv'))
+    done = int(rows[-1][0]) if rows else 0                      # the last logged step: where a resume starts
+    branch = run.get('init_from', '')
+    if not rows and branch.endswith('.pt') and os.path.basename(branch)[5:-3].isdigit():
+        done = int(os.path.basename(branch)[5:-3])              # a branch starts at its kept step (ckpt_S.pt)
+    per_step = 3 * fpt * tokens_per_iter
+    left = 0 if run_state(out_dir) == 'finished' else per_step * max(0, n_iters - done)
+    return per_step * n_iters, left
+
+
+def slots(cfg, spec):
+    """The running jobs' GPUs: None each (no --gpus, every run on the device it picks), or per_gpu slots per GPU."""
+    if not cfg.gpus:
+        if cfg.per_gpu:
+            raise UserError("--per_gpu needs --gpus: --gpus=0 --per_gpu=4 puts 4 runs at once on GPU 0")
+        return [None] * (cfg.jobs or spec.get('jobs', 1))
+    ids = [g.strip() for g in cfg.gpus.split(',')]
+    if not all(g.isdigit() for g in ids) or len(set(ids)) != len(ids):
+        raise UserError(f"--gpus={cfg.gpus}: expected distinct GPU ids, comma-separated (e.g. --gpus=0,1,2,3)")
+    per = cfg.per_gpu or 1
+    if cfg.jobs and cfg.jobs != per * len(ids):
+        raise UserError(f"--jobs={cfg.jobs} with --gpus: jobs follows from them ({len(ids)} GPUs x --per_gpu="
+                        f"{per} = {per * len(ids)}); leave --jobs out")
+    return [ids[k % len(ids)] for k in range(per * len(ids))]    # a job per slot; the GPUs fill evenly
 
 
 def sweep(argv):
@@ -65,20 +124,36 @@ def sweep(argv):
     if len(paths) != 1 or not os.path.isfile(paths[0]):
         raise UserError(f"expected one sweep file (got {' '.join(paths) or 'none'}); usage: python sweep.py "
                         f"sweeps/NAME.py [--jobs=N] [--dry_run] [--only=SUBSTR] [--out=DIR]")
+    if cfg.commands and cfg.dry_run:
+        raise UserError("--commands and --dry_run: pick one (--commands prints nothing but the commands)")
     spec = load_sweep(paths[0])
-    jobs = cfg.jobs or spec.get('jobs', 1)
+    gpu_of_job = slots(cfg, spec)
+    jobs = len(gpu_of_job)
     root = os.path.abspath(cfg.out) if cfg.out else os.path.join(HERE, 'results', spec['name'], 'runs')
     runs = [r for r in spec['runs'] if cfg.only in r['name']]
-    todo = []
+    common = spec.get('common', {})
+    if cfg.commands:
+        for r in runs:
+            out_dir = os.path.join(root, r['name'])
+            if run_state(out_dir) != 'finished':
+                print(shlex.join(command(r, common, out_dir, python='python', script='train.py')))
+        return 0
+    todo, total, left = [], 0.0, 0.0
     for r in runs:
         out_dir = os.path.join(root, r['name'])
         state = run_state(out_dir)
         if cfg.dry_run:
-            print(f"{state:9s} {r['name']:32s} {' '.join(command(r, spec.get('common', {}), out_dir)[2:-2])}")
+            flops = run_flops(r, common, out_dir)
+            total, left = (total + flops[0], left + flops[1]) if flops and total is not None else (None, None)
+            state = 'running' if state != 'finished' and running_elsewhere(out_dir) else state
+            print(f"{state:9s} {r['name']:32s} {f'{flops[0]:.3g}' if flops else '?':>8s} FLOPs "
+                  f"{' '.join(command(r, common, out_dir)[2:-2])}")
         if state != 'finished':
             todo.append((r, out_dir))
     print(f"sweep {spec['name']}: {len(runs)} runs, {len(runs) - len(todo)} finished, {len(todo)} to run, "
-          f"{jobs} at a time")
+          f"{jobs} at a time" + (f" on GPUs {cfg.gpus}" if cfg.gpus else ''))
+    if cfg.dry_run:
+        print(flops_line(total, left, cfg.flops_per_s))
     if cfg.dry_run or not todo:
         return 0
     env = dict(os.environ, PYTHONUNBUFFERED='1')     # each run's train.log gets every line as it is printed
@@ -86,7 +161,7 @@ def sweep(argv):
         env['OMP_NUM_THREADS'] = str(max(1, (os.cpu_count() or 1) // jobs))
     t0 = time.time()
     bar = tqdm(total=len(todo), desc=spec['name'], unit='run')
-    failed, started, running = [], set(), [0]
+    failed, started, running, elsewhere = [], set(), [0], {}
     free = threading.Condition()
 
     def next_run():
@@ -96,10 +171,16 @@ def sweep(argv):
         for r in current['runs']:
             out_dir = os.path.join(root, r['name'])
             if cfg.only in r['name'] and r['name'] not in started and run_state(out_dir) != 'finished':
+                holder = running_elsewhere(out_dir)    # another sweep or trainer writes it: leave it to that one
+                if holder:
+                    started.add(r['name'])
+                    elsewhere[r['name']] = holder
+                    continue
                 return r, out_dir, current.get('common', {})
         return None
 
-    def worker():
+    def worker(gpu):
+        job_env = env if gpu is None else dict(env, CUDA_VISIBLE_DEVICES=gpu)
         while True:
             with free:
                 item = next_run()
@@ -116,7 +197,7 @@ def sweep(argv):
             os.makedirs(out_dir, exist_ok=True)
             with open(os.path.join(out_dir, 'train.log'), 'a') as log:
                 rc = subprocess.run(command(r, common, out_dir), stdout=log, stderr=subprocess.STDOUT,
-                                    env=env, cwd=HERE).returncode
+                                    env=job_env, cwd=HERE).returncode
             with free:
                 running[0] -= 1
                 if rc != 0:
@@ -125,7 +206,7 @@ def sweep(argv):
                 bar.update(1)
                 free.notify_all()
 
-    threads = [threading.Thread(target=worker) for _ in range(jobs)]
+    threads = [threading.Thread(target=worker, args=(gpu,)) for gpu in gpu_of_job]
     for t in threads:
         t.start()
     for t in threads:
@@ -134,7 +215,18 @@ def sweep(argv):
     print(f"sweep {spec['name']}: done in {(time.time() - t0) / 60:.1f} min; {len(failed)} failed")
     for name, rc in failed:
         print(f"  {name}: exit code {rc}, see {os.path.join(root, name, 'train.log')}")
+    for name, holder in elsewhere.items():
+        print(f"  {name}: not started, another trainer ({holder}) is writing {os.path.join(root, name)}")
     return 1 if failed else 0
+
+
+def flops_line(total, left, flops_per_s):
+    if total is None:
+        return "FLOPs: ? (a run's dataset is not prepared: its meta.pkl gives the vocabulary)"
+    when = (f"; at {flops_per_s:.3g} FLOP/s, {left / flops_per_s / 3600:.2f} h" if flops_per_s else
+            "; --flops_per_s=X (what all jobs together sustain) turns it into hours")
+    return (f"FLOPs: {total:.3g} in all, {left:.3g} left to train (3 x FLOPs/token x tokens, as run.json counts "
+            f"them; evaluations not counted){when}")
 
 
 if __name__ == '__main__':

@@ -265,16 +265,26 @@ def eval_row(run, model, raw_model):
 # -----------------------------------------------------------------------------------------------------------------
 # the run: set up, build the model, write run.json, train
 
-def setup_run(argv):
+def setup_run(argv, lock=None):
     """Everything decided before anything is written: the config (resumed or new), processes, device, data, model
-    shape and budget. Bad input raises UserError here, with nothing on disk touched."""
+    shape and budget. Bad input raises UserError here, with nothing on disk touched. Rank 0 takes the folder's lock
+    (run_folder.RunLock) before it reads the folder, when a trainer has written there before; lock=None (a caller
+    that only wants the resolved run, not to train it) takes none."""
     from_file = set()
     cfg, explicit = configure(argv, DEFAULTS, doc=__doc__, source=__file__, from_file=from_file)
     ddp = int(os.environ.get('RANK', -1)) != -1
     rank, local_rank, world_size = 0, 0, 1
     if ddp:
         rank, local_rank, world_size = (int(os.environ[k]) for k in ('RANK', 'LOCAL_RANK', 'WORLD_SIZE'))
+    # The key's default (1) is one process's. Under torchrun without it, each rank runs one micro-batch (the global
+    # batch grows with the ranks, as in plain data parallelism) instead of every documented torchrun line stopping
+    # on "not a multiple of the world size". A resume or branch takes the run's own value from its checkpoint.
+    follows_world = world_size > 1 and 'gradient_accumulation_steps' not in explicit
+    if follows_world:
+        cfg.gradient_accumulation_steps = world_size
     run_folder.check_config(cfg, world_size, explicit)
+    if rank == 0 and lock is not None:      # only rank 0 writes the folder, so only rank 0 holds its lock
+        lock.take(cfg.out_dir, create=False)
     ckpt_path = os.path.join(cfg.out_dir, 'ckpt.pt')
     branch_from = cfg.init_from if cfg.init_from.endswith('.pt') else None
     own = run_folder.load_checkpoint(ckpt_path) if branch_from and os.path.exists(ckpt_path) else None
@@ -309,9 +319,6 @@ def setup_run(argv):
                         f"(use float32 or bfloat16)")
 
     folder, meta = run_folder.find_data(cfg, ddp)
-    vocab_size = meta['vocab_size']
-    if meta.get('tokenizer') == 'gpt2':
-        vocab_size = -(-vocab_size // 64) * 64     # 50257 -> 50304: a multiple of 64 is faster, the rest unused
     T = cfg.block_size
     n_train, n_val = len(open_split(folder, 'train')), len(open_split(folder, 'val'))
     for split, n in (('validation', n_val), ('training', n_train)):
@@ -320,15 +327,12 @@ def setup_run(argv):
                             f"lower --block_size")
     if 'n_layer' in from_file and checkpoint is None and rank == 0:
         explain_n_layer(cfg)
-    mcfg = model_config(cfg, vocab_size)
+    mcfg, tokens_per_iter, fpt, n_iters = sizes(cfg, meta)
     if checkpoint is not None and asdict(mcfg) != checkpoint['model_args']:
         diff = [f"{k}={checkpoint['model_args'].get(k)!r} (now {v!r})" for k, v in asdict(mcfg).items()
                 if checkpoint['model_args'].get(k) != v]
         raise UserError(f"the checkpoint's model differs from this config: {', '.join(diff)}; resume with the "
                         f"run's own settings")
-    tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * T
-    fpt = xmod.flops_per_token(mcfg, T, cfg.batch_size)
-    n_iters = resolve_iters(cfg, fpt, tokens_per_iter)
     # the schedule's length is fixed when a run starts; a resumed run with a larger budget goes on at min_lr. A branch
     # is a new run: its schedule follows its own budget
     schedule_iters = (n_iters if not resume else checkpoint.get('schedule_iters', checkpoint['n_iters']))
@@ -337,12 +341,24 @@ def setup_run(argv):
                         f"{n_iters:,} steps: nothing left to train (give a larger --max_tokens or --max_iters)")
     starts = eval_starts(n_val, T, cfg.eval_iters * cfg.batch_size * T if cfg.eval_iters else cfg.eval_tokens)
     return types.SimpleNamespace(
-        cfg=cfg, explicit=explicit, ddp=ddp, rank=rank, local_rank=local_rank, world_size=world_size,
+        lock=lock, gas_note=follows_world and checkpoint is None, cfg=cfg, explicit=explicit, ddp=ddp, rank=rank, local_rank=local_rank, world_size=world_size,
         master=rank == 0, resume=resume, branch=branch, checkpoint=checkpoint, ckpt_path=ckpt_path, dev=dev,
         device_type=device_type, dtype=dtype, ctx=ctx, folder=folder, meta=meta, n_train=n_train, n_val=n_val,
         mcfg=mcfg, tokens_per_iter=tokens_per_iter, fpt=fpt, n_iters=n_iters, schedule_iters=schedule_iters,
         starts=starts, log_path=os.path.join(cfg.out_dir, 'log.csv'), run_path=os.path.join(cfg.out_dir, 'run.json'),
         save_steps={int(x) for x in cfg.save_steps.split(',') if x.strip()})
+
+
+def sizes(cfg, meta):
+    """(model config, tokens per iteration, forward FLOPs per token, iterations) of a run's config on a dataset
+    with this meta.pkl: what run.json records, and what sweep.py --dry_run adds up without starting a run."""
+    vocab_size = meta['vocab_size']
+    if meta.get('tokenizer') == 'gpt2':
+        vocab_size = -(-vocab_size // 64) * 64     # 50257 -> 50304: a multiple of 64 is faster, the rest unused
+    mcfg = model_config(cfg, vocab_size)
+    tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * cfg.block_size
+    fpt = xmod.flops_per_token(mcfg, cfg.block_size, cfg.batch_size)
+    return mcfg, tokens_per_iter, fpt, resolve_iters(cfg, fpt, tokens_per_iter)
 
 
 def explain_n_layer(cfg):
@@ -417,6 +433,11 @@ def start_run(run, raw_model, iter_num):
     if not run.master:
         return info
     os.makedirs(cfg.out_dir, exist_ok=True)
+    if run.lock.fd is None:     # no trainer had written here: the lock file is made now, before the first write,
+        run.lock.take(cfg.out_dir, create=True)
+        if not run.resume:      # a trainer that took it in between has written a run by now: look again
+            run_folder.check_new_run(cfg.out_dir, cfg.overwrite, say=False)
+    run.lock.write_pid()
     if run.resume:
         run_folder.truncate_log(run.log_path, iter_num)
     else:
@@ -428,6 +449,11 @@ def start_run(run, raw_model, iter_num):
               mcfg.model in ('mod', 'xmod') else '')
     matched = (f", FLOP-matched to dense {cfg.dense_layers} layers" if mcfg.model in ('mod', 'xmod')
                and cfg.match_flops else '')
+    if run.gas_note:
+        print(f"note: --gradient_accumulation_steps follows the world size: {cfg.gradient_accumulation_steps}, one "
+              f"micro-batch of {cfg.batch_size} rows per rank (a global batch of "
+              f"{cfg.batch_size * cfg.gradient_accumulation_steps} rows); pass --gradient_accumulation_steps=N, a "
+              f"multiple of {run.world_size}, to set it")
     print(f"model {mcfg.model}: layout {layout} ({mcfg.n_layer} layers{sparse}){matched}")
     print(f"params {params_total:,} total, {params_active:,.0f} active (non-embedding), rho "
           f"{params_total / params_active:.2f}; {run.fpt / 1e6:.3f}M FLOPs/token forward")
@@ -485,7 +511,15 @@ def checkpoint_state(run, raw_model, optimizer, scaler, iter_num, best_val_loss,
 
 
 def train(argv):
-    run = setup_run(argv)
+    lock = run_folder.RunLock()
+    try:
+        return train_run(argv, lock)
+    finally:
+        lock.release()               # the kernel would at exit; a caller's process (tests) may train again
+
+
+def train_run(argv, lock):
+    run = setup_run(argv, lock)
     cfg, T = run.cfg, run.cfg.block_size
     raw_model, model, ddp_model, optimizer, scaler = build_model(run)
     # where training stands: step 0, or the checkpoint's (a resume, or the kept step a branch starts from)

@@ -1,5 +1,6 @@
 """cpu_settle: what cpu_medium left unsettled, at cpu_small's recipe and scale (width 128, context 128, 2M tokens
-unless said). About two hours on 2 CPU cores (2 runs at a time); resumable like every sweep.
+unless said). 4.4e14 training FLOPs (sweep.py --dry_run), 4.4 job-hours measured (elapsed_s summed): about 2.2 h on
+2 CPU cores (2 runs at a time); resumable like every sweep.
 
     python sweep.py sweeps/cpu_settle.py
     python fit_law.py results/cpu_small/runs results/cpu_medium/runs results/cpu_settle/runs --out results/cpu_settle

@@ -1,5 +1,5 @@
-"""cpu_small: the scaling-law sweep at laptop scale, about 70 minutes on 2 CPU cores (2 runs at a time, 1 thread
-each). Char-level Shakespeare, width 128 for the X-MoD grid, context 128 unless said, one fixed validation set.
+"""cpu_small: the scaling-law sweep at laptop scale, 4.29e14 training FLOPs (sweep.py --dry_run): 2.09 job-hours
+measured (the runs' elapsed_s summed), about 65 minutes on 2 CPU cores (2 runs at a time, 1 thread each). Char-level Shakespeare, width 128 for the X-MoD grid, context 128 unless said, one fixed validation set.
 
     python sweep.py sweeps/cpu_small.py
     python fit_law.py results/cpu_small/runs --out results/cpu_small --holdout "stride==8"

@@ -1,9 +1,12 @@
-"""gpu_small: the cpu_small sweep (same plan, see sweeps/cpu_small.py) at about 15x its compute, for one GPU (about an
-hour on one H100/H200-class GPU; not yet measured). Char-level Shakespeare (4.5M training tokens, so the largest
-budgets repeat the data a few times), width 256 for the X-MoD grid, context 256 unless said, contexts 128 and 512
-for two grid points, bf16 autocast, torch.compile.
+"""gpu_small: the cpu_small sweep (same plan, see sweeps/cpu_small.py) at about 34x its compute: 38 runs, 1.44e16
+training FLOPs (`python sweep.py sweeps/gpu_small.py --dry_run`; cpu_small: 4.29e14). The time depends on the
+throughput these small models sustain on a GPU, not measured yet (sweeps/gpu_check.sh's per_gpu step gives it in
+tokens/s): at 1e14 FLOP/s, about 10% of an H100's bf16 peak, 2.4 minutes of training, plus the evaluations.
+Char-level Shakespeare (4.5M training tokens, so the largest budgets repeat the data a few times), width 256 for the
+X-MoD grid, context 256 unless said, contexts 128 and 512 for two grid points, bf16 autocast, torch.compile.
 
-    python sweep.py sweeps/gpu_small.py
+    python sweep.py sweeps/gpu_small.py                          # one GPU; --gpus=0,1,2,3 --per_gpu=2 for more
+    python sweep.py sweeps/gpu_small.py --commands                # for a Slurm array (sweeps/slurm_array.sh)
     python fit_law.py results/gpu_small/runs --out results/gpu_small --holdout "stride==8"
 """
 import os

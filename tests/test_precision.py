@@ -253,9 +253,11 @@ def test_gpu_check_script_runs_its_steps(corpus, tmp_path):
                        text=True, cwd=ROOT, env=env, timeout=600)
     assert r.returncode == 0, r.stderr
     steps = [line.split() for line in (out / 'summary.txt').read_text().splitlines() if ' rc=' in line]
-    assert [s[0] for s in steps] == ['env', 'precision', 'xmod', 'dense', 'ddp', 'sample', 'bench', 'bench_768']
+    assert [s[0] for s in steps] == ['env', 'precision', 'xmod', 'dense', 'ddp', 'sample', 'bench', 'bench_768',
+                                     'downstream', 'per_gpu']
     assert all(s[1] == 'rc=0' for s in steps), (out / 'summary.txt').read_text()
-    for name in ('xmod_log.csv', 'dense_log.csv', 'xmod_run.json', 'bench.json', 'bench_768.json'):
+    for name in ('xmod_log.csv', 'dense_log.csv', 'xmod_run.json', 'bench.json', 'bench_768.json', 'downstream.json'):
         assert (out / name).stat().st_size > 0, name
     assert 'greedy: cached == uncached' in (out / 'sample.txt').read_text()
-    assert not list(out.glob('run_*/ckpt.pt'))                 # the checkpoints stay behind: what comes back is small
+    assert len(list(out.glob('per_gpu/*/log.csv'))) == 4 and 'FLOPs:' in (out / 'per_gpu.txt').read_text()
+    assert not list(out.glob('run_*/ckpt.pt')) and not list(out.glob('per_gpu/*/ckpt.pt'))                 # the checkpoints stay behind: what comes back is small

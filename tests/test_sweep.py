@@ -1,9 +1,14 @@
 """A tiny sweep end to end: sweep.py runs train.py several times (two at a time), skips what is finished, and
-fit_law.py turns the run folders into fit.json, summary.md and the plots."""
+fit_law.py turns the run folders into fit.json, summary.md and the plots. At scale: --commands and the Slurm array
+script, --gpus and --per_gpu (through the environment each child gets), a run another trainer holds."""
 import json
 import os
 import subprocess
 import sys
+import threading
+import time
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONUNBUFFERED='1')
@@ -99,3 +104,97 @@ def test_sweep_runs_a_wsd_branch(tmp_path):
     assert info['branch10']['branch_of']['step'] == 8 and info['branch10']['final'] == info['alone10']['final']
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
     assert p.returncode == 0 and '3 finished, 0 to run' in p.stdout
+
+
+CLUSTER_SWEEP = '''
+name = 'cluster'
+jobs = 1
+common = dict(data_dir={data!r}, n_embd=32, n_head=2, block_size=32, batch_size=4, max_iters=4, eval_interval=2,
+              eval_tokens=512, warmup_iters=2, device='cpu')
+runs = [dict(name=f'dense_seed{{s}}', model='dense', n_layer=2, seed=s) for s in range(6)]
+'''
+
+
+def test_commands_and_the_slurm_array_script(tmp_path):
+    """--commands prints one resumable train.py line per unfinished run and nothing else; sweeps/slurm_array.sh runs
+    the line of its array task from the repository root (python on PATH, as on a cluster node); that run is then
+    finished, so the next --commands has one line fewer; --dry_run counts each run's FLOPs as run.json does."""
+    data = tiny_corpus(str(tmp_path))
+    sweep_file = tmp_path / 'cluster.py'
+    sweep_file.write_text(CLUSTER_SWEEP.format(data=data))
+    runs = tmp_path / 'runs'
+    cmd = [sys.executable, os.path.join(ROOT, 'sweep.py'), str(sweep_file), f'--out={runs}', '--commands']
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
+    lines = p.stdout.splitlines()
+    assert p.returncode == 0 and len(lines) == 6, p.stdout + p.stderr
+    assert all(line.startswith('python train.py ') and line.endswith('--init_from=auto') and
+               f"--out_dir={runs / f'dense_seed{s}'}" in line for s, line in enumerate(lines))
+    (tmp_path / 'cmds.txt').write_text(p.stdout)
+    bindir = tmp_path / 'bin'
+    bindir.mkdir()
+    os.symlink(sys.executable, bindir / 'python')
+    env = dict(ENV, SLURM_ARRAY_TASK_ID='2', SLURM_SUBMIT_DIR=ROOT, PATH=f"{bindir}:{ENV['PATH']}")
+    p = subprocess.run(['bash', os.path.join(ROOT, 'sweeps', 'slurm_array.sh'), str(tmp_path / 'cmds.txt')],
+                       capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    with open(runs / 'dense_seed1' / 'run.json') as f:
+        info = json.load(f)
+    assert info['finished'] is True and sorted(os.listdir(runs)) == ['dense_seed1']
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
+    assert len(p.stdout.splitlines()) == 5 and 'dense_seed1 ' not in p.stdout + ' '
+    p = subprocess.run(cmd[:-1] + ['--dry_run', '--flops_per_s=1e9'], capture_output=True, text=True, cwd=ROOT,
+                       env=ENV, timeout=120)
+    rows = {line.split()[1]: line.split() for line in p.stdout.splitlines() if line.startswith(('new', 'finished'))}
+    per_run = 3 * info['flops_per_token'] * info['tokens_per_iter'] * info['n_iters']
+    assert rows['dense_seed1'][:4] == ['finished', 'dense_seed1', f'{per_run:.3g}', 'FLOPs']
+    assert f"FLOPs: {6 * per_run:.3g} in all, {5 * per_run:.3g} left" in p.stdout
+    assert f"at 1e+09 FLOP/s, {5 * per_run / 1e9 / 3600:.2f} h" in p.stdout
+
+
+def test_gpus_give_each_job_its_own_device(tmp_path, monkeypatch, capsys):
+    """--gpus=3,5 --per_gpu=2: four jobs at a time, each child sees one GPU through CUDA_VISIBLE_DEVICES, never
+    more than two children at once on a GPU; checked on the environment each child receives (the children are
+    stand-ins that write a finished run.json), so no GPU is needed. A run another trainer holds is not started."""
+    sys.path.insert(0, ROOT)
+    import run_folder
+    import sweep
+    sweep_file = tmp_path / 'g.py'
+    sweep_file.write_text("name = 'g'\njobs = 1\ncommon = dict(device='cuda')\n"
+                          "runs = [dict(name=f'r{i}', model='dense') for i in range(10)]\n")
+    runs = tmp_path / 'runs'
+    held = run_folder.RunLock()
+    os.makedirs(runs / 'r7')
+    held.take(str(runs / 'r7'), create=True)          # as a trainer elsewhere would hold it
+    held.write_pid()
+    seen, lock, now = [], threading.Lock(), {'3': 0, '5': 0}
+    most = {'3': 0, '5': 0}
+
+    def child(cmd, env, **kw):
+        gpu = env['CUDA_VISIBLE_DEVICES']
+        with lock:
+            now[gpu] += 1
+            most[gpu] = max(most[gpu], now[gpu])
+            seen.append(gpu)
+        time.sleep(0.2)
+        out = next(a for a in cmd if a.startswith('--out_dir='))[len('--out_dir='):]
+        with open(os.path.join(out, 'run.json'), 'w') as f:
+            json.dump({'finished': True}, f)
+        with lock:
+            now[gpu] -= 1
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(sweep.subprocess, 'run', child)
+    try:
+        assert sweep.sweep([str(sweep_file), f'--out={runs}', '--gpus=3,5', '--per_gpu=2']) == 0
+    finally:
+        held.release()
+    out = capsys.readouterr().out
+    assert '4 at a time on GPUs 3,5' in out
+    assert sorted(seen) == ['3'] * 5 + ['5'] * 4 or sorted(seen) == ['3'] * 4 + ['5'] * 5
+    assert most == {'3': 2, '5': 2}
+    assert f"r7: not started, another trainer (PID {os.getpid()}) is writing" in out
+    assert not os.path.exists(runs / 'r7' / 'run.json')
+    with pytest.raises(sweep.UserError, match='jobs follows'):
+        sweep.sweep([str(sweep_file), '--gpus=0,1', '--jobs=3'])
+    with pytest.raises(sweep.UserError, match='--per_gpu needs --gpus'):
+        sweep.sweep([str(sweep_file), '--per_gpu=2'])

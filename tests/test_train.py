@@ -288,19 +288,66 @@ def test_ddp_two_processes_match_one(corpus, tmp_path):
     one included (the thresholds are calibrated once per step from every rank's scores). After one step the
     thresholds are exactly equal; after ten, the losses agree to 1e-5."""
     for iters in (1, 10):
-        args = [f'--data_dir={corpus}', '--gradient_accumulation_steps=2'] + TINY + [f'--max_iters={iters}']
+        args = [f'--data_dir={corpus}'] + TINY + [f'--max_iters={iters}']
         one, two = str(tmp_path / f'one{iters}'), str(tmp_path / f'two{iters}')
-        r = run(TRAIN, *args, f'--out_dir={one}')
+        r = run(TRAIN, *args, '--gradient_accumulation_steps=2', f'--out_dir={one}')
         assert r.returncode == 0, r.stderr
+        # no --gradient_accumulation_steps: under torchrun it follows the world size, and says so
         r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
                             TRAIN, *args, f'--out_dir={two}'], capture_output=True, text=True, cwd=ROOT, env=ENV,
                            timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]
+        assert 'note: --gradient_accumulation_steps follows the world size: 2' in r.stdout
         if iters == 1:
             assert all(torch.equal(a, b) for a, b in zip(thresholds(one), thresholds(two)))
         else:
             assert_same_losses(one, two, ('train_loss', 'val_loss', 'val_loss_causal'), 1e-5)
     assert read_json(two)['world_size'] == 2 and read_json(two)['tokens_per_iter'] == read_json(one)['tokens_per_iter']
+
+
+def test_ddp_bad_accumulation_is_refused_once(corpus, tmp_path):
+    """A --gradient_accumulation_steps the world size does not divide: every rank refuses it, rank 0 alone says so
+    (one line), and the folder stays empty."""
+    r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', TRAIN,
+                        f'--data_dir={corpus}', *TINY, '--gradient_accumulation_steps=3', f'--out_dir={tmp_path}'],
+                       capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
+    assert r.returncode != 0
+    ours = [line for line in (r.stdout + r.stderr).splitlines() if 'train.py: error' in line]
+    assert len(ours) == 1 and 'not a multiple of the world size 2' in ours[0], r.stderr[-2000:]
+    assert os.listdir(tmp_path) == []
+
+
+def test_one_trainer_per_run_folder(corpus, tmp_path):
+    """Two real processes on one out_dir: the second exits 2 with one line naming the folder and the first's PID,
+    and changes no file of the folder (the first is frozen with SIGSTOP meanwhile, so the folder holds still). After
+    a kill -9 of the first, the kernel has released the lock: the next trainer resumes the run."""
+    import signal
+    out = str(tmp_path / 'run')
+    args = [TRAIN, f'--data_dir={corpus}', *TINY, '--max_iters=100000', '--eval_interval=2', f'--out_dir={out}',
+            '--init_from=auto']
+    first = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while not os.path.exists(os.path.join(out, 'ckpt.pt')) and time.time() < deadline:
+            time.sleep(0.2)
+        assert os.path.exists(os.path.join(out, 'ckpt.pt'))
+        os.kill(first.pid, signal.SIGSTOP)
+        time.sleep(0.5)                   # a write under way when it stopped has landed or not: either is still
+        before = snapshot(out)
+        with open(os.path.join(out, run_folder.LOCK_FILE)) as f:
+            assert f.read().strip() == str(first.pid)
+        for init in ('auto', 'scratch'):
+            r = run(*args[:-1], f'--init_from={init}')
+            assert_bad_input(r.returncode, r.stderr, out, f'PID {first.pid}', 'another trainer')
+            assert snapshot(out) == before
+    finally:
+        first.kill()                      # kill -9: no handler runs, no clean-up
+        first.wait()
+    step = run_folder.load_checkpoint(os.path.join(out, 'ckpt.pt'))['step']
+    r = run(*args[:2], *TINY, f'--max_iters={step + 2}', '--eval_interval=2', f'--out_dir={out}', '--init_from=auto')
+    assert r.returncode == 0 and f'resuming at step {step}' in r.stdout, r.stderr
+    assert read_json(out)['finished'] is True
 
 
 def test_accumulation_equals_one_big_batch(corpus, tmp_path):
@@ -569,7 +616,7 @@ def test_wsd_branch_equals_the_separate_run(corpus, tmp_path):
     long = str(tmp_path / 'long')
     r = run(TRAIN, *base, '--max_iters=40', '--save_steps=16,20', f'--out_dir={long}')
     assert r.returncode == 0, r.stderr
-    assert sorted(os.listdir(long)) == ['ckpt.pt', 'ckpt_16.pt', 'ckpt_20.pt', 'log.csv', 'run.json']
+    assert sorted(os.listdir(long)) == ['ckpt.pt', 'ckpt_16.pt', 'ckpt_20.pt', 'log.csv', 'run.json', 'train.lock']
     for budget, at in ((20, 16), (25, 20)):
         alone, branch = str(tmp_path / f'alone{budget}'), str(tmp_path / f'branch{budget}')
         assert run(TRAIN, *base, f'--max_iters={budget}', f'--out_dir={alone}').returncode == 0
