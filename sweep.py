@@ -133,10 +133,13 @@ def sweep(argv):
     runs = [r for r in spec['runs'] if cfg.only in r['name']]
     common = spec.get('common', {})
     if cfg.commands:
-        for r in runs:
-            out_dir = os.path.join(root, r['name'])
-            if run_state(out_dir) != 'finished':
-                print(shlex.join(command(r, common, out_dir, python='python', script='train.py')))
+        try:
+            for r in runs:
+                out_dir = os.path.join(root, r['name'])
+                if run_state(out_dir) != 'finished':
+                    print(shlex.join(command(r, common, out_dir, python='python', script='train.py')), flush=True)
+        except BrokenPipeError:            # `--commands | head`: the reader has what it wanted
+            sys.stdout = open(os.devnull, 'w')
         return 0
     todo, total, left = [], 0.0, 0.0
     for r in runs:
