@@ -41,6 +41,7 @@ import torch
 from tqdm import tqdm
 
 import joint_law
+import lr_sweep
 import report
 from configurator import UserError, run_main
 from runs import METRICS, WARNINGS, config_key, load_runs, mark_heldout, pair_heldout, pair_runs, warn
@@ -372,6 +373,47 @@ def select_terms(fit, test, identified):
                       margin=SELECT_MARGIN, forms=forms, terms=terms, kept=kept, dropped=dropped, summary=summary)
 
 
+SAT_BETAS = (0.25, 0.5, 1.0, 2.0)   # exponents tried for the saturating budget term
+
+
+def budget_columns(pairs):
+    """The budget term's candidate shapes, each one column beside the base terms: none; kappa0 log(D/D0), unbounded
+    (budget_offset); and K ((D/D0)^-beta - 1) for each beta in SAT_BETAS, which saturates: Delta(D) -> Delta_inf
+    as D grows, Delta(D0) unchanged. The log form is the budget_offset of the selection; the saturating forms are
+    compared here only (issue 16: Delta(D) = Delta_inf + K D^-beta in place of kappa0 log D)."""
+    D = np.array([p['tokens'] for p in pairs], dtype=np.float64) / D0
+    cols = {'none': np.zeros((len(pairs), 0)), 'log': np.log(D)[:, None]}
+    cols.update({f'saturating beta={b:g}': (D ** -b - 1)[:, None] for b in SAT_BETAS})
+    return cols
+
+
+def budget_forms(fit, test, base):
+    """Each budget shape's errors (budget_columns), the base terms beside it, and the constant-Delta null model:
+    RMSE and max |error| of Delta on the fitted pairs, leave-one-configuration-out, and on the held-out pairs."""
+    y, y_test = np.array([p['delta'] for p in fit]), np.array([p['delta'] for p in test])
+    groups = sorted({p['cfg_key'] for p in fit})
+    rmse = lambda e: float(np.sqrt(np.mean(np.square(e)))) if len(e) else None
+    worst = lambda e: float(np.max(np.abs(e))) if len(e) else None
+
+    def scores(make):   # make(train, test) -> predictions on test, from a fit on train
+        cv = np.concatenate([make([p for p in fit if p['cfg_key'] != g], [p for p in fit if p['cfg_key'] == g])
+                             - np.array([p['delta'] for p in fit if p['cfg_key'] == g]) for g in groups]
+                            ) if len(groups) > 1 else np.zeros(0)
+        e_fit, e_test = make(fit, fit) - y, make(fit, test) - y_test
+        return dict(fit_rmse=rmse(e_fit), cv_rmse=rmse(cv) if len(cv) else None, cv_max_abs=worst(cv),
+                    heldout_rmse=rmse(e_test), heldout_max_abs=worst(e_test))
+
+    def linear(shape):
+        def make(train, at):
+            X = lambda ps: np.hstack([rel_design(ps, base), budget_columns(ps)[shape]])
+            return X(at) @ wls(X(train), np.array([p['delta'] for p in train])) if len(at) else np.zeros(0)
+        return make
+    out = {'constant Delta (null)': scores(lambda train, at: np.full(len(at), np.mean([p['delta'] for p in train])))}
+    out.update({f'base + {shape} budget term' if shape != 'none' else 'base terms alone': scores(linear(shape))
+                for shape in budget_columns(fit)})
+    return out
+
+
 def run_relative(runs, metric, dense, delta_std, n_boot, rng):
     pairs = []
     for r in runs:
@@ -388,7 +430,8 @@ def run_relative(runs, metric, dense, delta_std, n_boot, rng):
                strides=sorted({p['stride'] for p in sparse_fit}), budgets=sorted({p['tokens'] for p in sparse_fit}),
                active_sizes=sorted({p['N_act'] for p in sparse_fit}),
                rho_range=[min(p['rho'] for p in fit), max(p['rho'] for p in fit)] if fit else None)
-    metrics = dict(fit=None, heldout=None, cv=None, ablation={}, selection=None, goals=None)
+    metrics = dict(fit=None, heldout=None, cv=None, ablation={}, selection=None, goals=None,
+                   budget_forms=None)
     identified, notes = identifiable_terms(fit)
     if not fit or not identified:
         why = 'every full X-MoD pair is held out' if pairs and not fit else 'no full X-MoD pair with rho > 1 to fit'
@@ -397,6 +440,7 @@ def run_relative(runs, metric, dense, delta_std, n_boot, rng):
                                          note=notes.get(t, 'not fitted')) for t in TERMS})
         return rel, metrics, pairs
     active, metrics['selection'] = select_terms(fit, test, identified)
+    metrics['budget_forms'] = budget_forms(fit, test, [t for t in identified if t in BASE_TERMS])
     for t in identified:
         if t not in active:
             sel = metrics['selection']['terms'][t]
@@ -586,6 +630,9 @@ def parse_args(argv):
                    'fitted and reported beside it')
     p.add_argument('--bootstrap', type=int, default=bootstrap, help=f'bootstrap resamples (default {bootstrap})')
     p.add_argument('--seed', type=int, default=seed, help='bootstrap seed')
+    p.add_argument('--tuned', action='store_true', help='fit only the runs at their arm\'s best peak learning rate '
+                   '(lr_sweep.py\'s rule: the lowest seed-0 loss of --metric), all seeds; an arm run at one rate '
+                   'keeps it. Without it every rate is fitted, each X-MoD run paired with the dense run of its rate')
     p.add_argument('--skip_joint', action='store_true', help='leave out the joint law (joint_law.py; its form '
                    'selection refits it tens of times: minutes on a large sweep)')
     cfg = p.parse_args(argv)
@@ -597,6 +644,9 @@ def parse_args(argv):
 def run(cfg):
     WARNINGS.clear()
     runs = load_runs(cfg.runs)
+    n_loaded = len(runs)
+    if cfg.tuned:
+        runs = lr_sweep.tuned_runs(runs, cfg.metric)
     pair_runs(runs)
     mark_heldout(cfg.holdout, runs)
     check_fittable(runs, cfg.runs)
@@ -608,7 +658,8 @@ def run(cfg):
     variants = dict(sorted(Counter(r['variant'] for r in runs).items(), key=lambda kv: (report.rank(kv[0]), kv[0])))
     holdout = ' or '.join(cfg.holdout) if cfg.holdout else None  # a run matching one filter or another is held out
     result = dict(metric=cfg.metric,
-                  inputs=dict(n_runs=len(runs), variants=variants, holdout=holdout,
+                  inputs=dict(n_runs=len(runs), variants=variants, holdout=holdout, tuned=cfg.tuned,
+                              n_off_best_rate=n_loaded - len(runs),
                               n_heldout=sum(r['heldout'] for r in runs), bootstrap=cfg.bootstrap, seed=cfg.seed),
                   warnings=list(WARNINGS), **by_metric[cfg.metric], by_metric=by_metric,
                   delta_vs_tokens=report.delta_vs_tokens(runs),

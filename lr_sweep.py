@@ -35,13 +35,31 @@ def label(a):
     return a['variant'] if a['stride'] is None else f"{a['variant']} s{a['stride']} c{a['capacity']:g}"
 
 
+def arm_key(r):
+    """(variant, n_embd, T, tokens, schedule, stride, capacity): a run's arm, everything but its rate and seed."""
+    return (r['variant'], r['n_embd'], r['T'], r['tokens'], r['config'].get('lr_schedule', 'cosine'), *layout(r))
+
+
 def arms(runs, metric):
-    """{(variant, n_embd, T, tokens, schedule, stride, capacity): {lr: {seed: loss}}}."""
+    """{arm_key: {lr: {seed: loss}}}."""
     out = defaultdict(lambda: defaultdict(dict))
     for r in runs:
-        key = (r['variant'], r['n_embd'], r['T'], r['tokens'], r['config'].get('lr_schedule', 'cosine'), *layout(r))
-        out[key][r['config']['learning_rate']][r['seed']] = r['loss'][metric]
+        out[arm_key(r)][r['config']['learning_rate']][r['seed']] = r['loss'][metric]
     return out
+
+
+def best_rate(by_lr):
+    """An arm's best peak rate: the lowest seed-0 loss (the rule the sweeps place their seeds by); None without
+    seed 0."""
+    grid = [lr for lr in by_lr if 0 in by_lr[lr]]
+    return min(grid, key=lambda lr: by_lr[lr][0]) if grid else None
+
+
+def tuned_runs(runs, metric):
+    """Only the runs, all seeds, at their arm's best rate (fit_law.py --tuned); an arm run at one rate keeps it."""
+    table = arms(runs, metric)
+    best = {key: best_rate(by_lr) for key, by_lr in table.items()}
+    return [r for r in runs if r['config']['learning_rate'] == best[arm_key(r)]]
 
 
 def mean_se(values):
@@ -69,7 +87,7 @@ def analyse(runs, metric):
         grid = sorted(lr for lr in by_lr if 0 in by_lr[lr])
         if not grid:
             continue
-        lr_best = min(grid, key=lambda lr: by_lr[lr][0])
+        lr_best = best_rate(by_lr)
         m, se, n = mean_se(list(by_lr[lr_best].values()))
         edge = len(grid) > 1 and lr_best in (grid[0], grid[-1])
         best[key] = lr_best

@@ -459,6 +459,7 @@ def summary_md(result, runs):
                          a.get('note', '')])
     s.append(md_table(['metric', 'model', 'fit RMSE', 'CV RMSE', 'held-out RMSE', 'note'], rows) + '\n')
     s.append(selection_md(bm))
+    s.append(budget_forms_md(bm))
     s.append(goals_md(bm))
     s.append(joint_md(bm))
     s.append(delta_vs_tokens_md(result['delta_vs_tokens']))
@@ -520,6 +521,18 @@ def selection_md(bm):
             for m, x in sel.items() if x for f in x['forms']]
     s.append(md_table(['metric', 'form (terms)', 'CV RMSE', 'held-out RMSE'], rows) + '\n')
     return '\n'.join(s)
+
+
+def budget_forms_md(bm):
+    """The budget term's shapes side by side (fit_law.budget_forms): Delta's errors of each, and of the null model."""
+    rows = [[m, name, fmt(f['fit_rmse']), fmt(f['cv_rmse']), fmt(f['cv_max_abs']), fmt(f['heldout_rmse']),
+             fmt(f['heldout_max_abs'])] for m in bm if bm[m]['metrics'].get('budget_forms')
+            for name, f in bm[m]['metrics']['budget_forms'].items()]
+    if not rows:
+        return ''
+    return ('## The budget term\'s shape (errors of Delta; CV: leave one configuration out)\n\n'
+            + md_table(['metric', 'form', 'fit RMSE', 'CV RMSE', 'CV max abs', 'held-out RMSE', 'held-out max abs'],
+                       rows) + '\n')
 
 
 def goal_texts(g):

@@ -342,6 +342,32 @@ def test_a_term_one_configuration_pins_is_dropped():
     assert 'no held-out test: budget_correction' in sel['summary']
 
 
+def test_budget_forms_tell_a_saturating_budget_from_a_log_one():
+    """Pairs whose Delta saturates with the budget, Delta(D) = Delta(D0) + K ((D/D0)^-0.5 - 1): the saturating form of
+    that beta predicts left-out configurations and the held-out largest budget better than kappa0 log(D/D0), the
+    base terms alone and the constant-Delta null; on pairs with no budget trend, no budget form beats the base."""
+    rng = np.random.default_rng(0)
+    budgets = (0.5e6, 1e6, 2e6, 4e6, 8e6)
+
+    def pairs(K):
+        out = []
+        for i, (rho, stride) in enumerate([(1.5, 2), (2.0, 4), (3.0, 4), (2.5, 8)]):
+            for D in budgets:
+                d = -0.02 * math.log(rho) + K * ((D / fit_law.D0) ** -0.5 - 1) + 0.0005 * rng.standard_normal()
+                out.append(pair(f'c{i}_{D:g}', rho=rho, stride=stride, tokens=D, delta=d))
+        return [p for p in out if p['tokens'] < 8e6], [p for p in out if p['tokens'] == 8e6]
+    fit, test = pairs(0.03)
+    forms = fit_law.budget_forms(fit, test, ['capacity_gain', 'stride_interaction'])
+    sat = forms['base + saturating beta=0.5 budget term']
+    for name, f in forms.items():
+        if name != 'base + saturating beta=0.5 budget term':
+            assert f['cv_rmse'] > 2 * sat['cv_rmse'] and f['heldout_rmse'] > 2 * sat['heldout_rmse'], name
+    assert sat['cv_rmse'] < 0.002 and sat['heldout_max_abs'] < 0.003
+    flat = fit_law.budget_forms(*pairs(0.0), ['capacity_gain', 'stride_interaction'])
+    assert flat['base terms alone']['cv_rmse'] < 0.001
+    assert flat['constant Delta (null)']['cv_rmse'] > 5 * flat['base terms alone']['cv_rmse']
+
+
 def test_heldout_goals():
     held = dict(rmse=0.012, r2=0.9, sign_acc_big=0.8, n_big=5, delta_span=0.05)
     g = fit_law.heldout_goals(held, 0.01)  # limits: RMSE 0.015, sign over abs(Delta) > 0.02, R^2 if span > 0.03
@@ -797,6 +823,30 @@ def test_lr_sweep_tables_the_best_rates_and_both_deltas(tmp_path, capsys):
     assert d['shared']['0.002']['mean'] == pytest.approx(2.99 - 3.00) and d['shared']['0.002']['n'] == 1
     assert (tmp_path / 'out' / 'lr_vs_loss.png').stat().st_size > 0
     assert '(grid edge)' in (tmp_path / 'out' / 'lr.md').read_text()
+
+
+def test_tuned_fit_pairs_each_arm_at_its_own_best_rate(tmp_path, capsys):
+    """fit_law.py --tuned keeps each arm's runs, all seeds, at its best rate (the lowest seed-0 loss) and pairs them:
+    X-MoD at 4e-3 against dense at 2e-3, seed by seed, whatever the shared-rate pairs would say."""
+    import lr_sweep
+    xmod = dict(model='xmod', n_layer=12, stride=4, capacity=0.125, params_total=3e6, params_active=1e6,
+                flops_per_token=1.01 * (2.0 * 12 * 4 * N_EMBD ** 2 + 4 * 128 * N_EMBD * 4))
+    for lr, ld, ls in ((1e-3, 3.10, 3.20), (2e-3, 3.00, 3.10), (4e-3, 3.05, 2.98)):
+        make_run(tmp_path / 'runs', f'dense_lr{lr:g}', loss=ld, learning_rate=lr)
+        make_run(tmp_path / 'runs', f'xmod_lr{lr:g}', loss=ls, learning_rate=lr, **xmod)
+    make_run(tmp_path / 'runs', 'dense_lr0.002_s1', loss=3.02, learning_rate=2e-3, seed=1)
+    make_run(tmp_path / 'runs', 'xmod_lr0.004_s1', loss=2.99, learning_rate=4e-3, seed=1, **xmod)
+    runs = lr_sweep.tuned_runs(load_runs([str(tmp_path / 'runs')]), 'val_loss_causal')
+    assert sorted((r['model'], r['config']['learning_rate'], r['seed']) for r in runs) == [
+        ('dense', 2e-3, 0), ('dense', 2e-3, 1), ('xmod', 4e-3, 0), ('xmod', 4e-3, 1)]
+    code, err = run_main(capsys, str(tmp_path / 'runs'), '--out', str(tmp_path / 'out'), '--tuned', '--bootstrap',
+                         '0', '--skip_joint')
+    assert code == 0, err
+    fj = json.load(open(tmp_path / 'out' / 'fit.json'))
+    assert fj['inputs']['tuned'] and fj['inputs']['n_runs'] == 4 and fj['inputs']['n_off_best_rate'] == 4
+    rows = {r['run']: r for r in fj['runs']}
+    assert rows['xmod_lr0.004']['partner'] == 'dense_lr0.002' and rows['xmod_lr0.004_s1']['partner'] == 'dense_lr0.002_s1'
+    assert rows['xmod_lr0.004']['delta']['val_loss_causal'] == pytest.approx(2.98 - 3.00)
 
 
 def test_lr_sweep_keeps_each_schedule_its_own_arm(tmp_path):
