@@ -216,13 +216,22 @@ def load_runs(patterns):
     runs = [r for r in (load_run(d) for d in find_run_dirs(patterns)) if r is not None]
     if not runs:
         raise UserError(f'{" ".join(patterns)}: no finished runs')
-    seen = {}
+    seen, unique = {}, []
     for r in runs:
         k = config_key(r['config']) + f'|seed={r["seed"]}'
-        if k in seen:
+        first = seen.get(k)
+        # training is deterministic: two sweeps that both ran one configuration and seed end on the same numbers,
+        # and that run is read once; the same config and seed with other numbers is refused
+        if first is not None and (first['loss'], first['tokens'], first['step']) == (r['loss'], r['tokens'], r['step']):
+            warn(f'{os.path.join(r["dir"], "run.json")}: the same run as {os.path.join(first["dir"], "run.json")} '
+                 f'(config, seed and final losses), read once')
+            continue
+        if first is not None:
             raise UserError(f'{os.path.join(r["dir"], "run.json")}: duplicate run, the same config and seed as '
-                            f'{os.path.join(seen[k], "run.json")}')
-        seen[k] = r['dir']
+                            f'{os.path.join(first["dir"], "run.json")}, with other final losses')
+        seen[k] = r
+        unique.append(r)
+    runs = unique
     # one canonical order, by configuration and seed, whatever the order and globs of the arguments: the bootstrap's
     # resamples then draw the same runs, so any command line gives the same fit.json
     runs.sort(key=lambda r: (config_key(r['config'], with_seed=False), r['seed']))

@@ -7,6 +7,7 @@ only a few tests go through a subprocess. Together they state what fit_law.py ac
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -638,6 +639,19 @@ def test_duplicate_run_exits_2(tmp_path, capsys):
     assert code == 2 and 'duplicate run' in err and 'dense_again' in err and 'dense_L4_T128_s0' in err
 
 
+def test_the_same_run_in_two_sweeps_is_read_once(tmp_path, capsys):
+    """A configuration and seed that two sweeps both trained, to the same final numbers (training is deterministic),
+    is one run, with a warning; the fit is the one without the copy."""
+    root = tiny_sweep(tmp_path / 'runs')
+    code, _ = run_main(capsys, root, '--out', str(tmp_path / 'one'), '--bootstrap', '0')
+    other = tmp_path / 'other_sweep'
+    shutil.copytree(os.path.join(root, 'dense_L4_T128_s0'), other / 'dense_L4_T128_s0')
+    code2, err = run_main(capsys, root, str(other), '--out', str(tmp_path / 'two'), '--bootstrap', '0')
+    assert code == code2 == 0 and 'read once' in err
+    one, two = (json.load(open(tmp_path / d / 'fit.json')) for d in ('one', 'two'))
+    assert two['inputs']['n_runs'] == one['inputs']['n_runs'] and two['dense'] == one['dense']
+
+
 def test_same_directory_twice_is_not_a_duplicate(tmp_path, capsys):
     root = tiny_sweep(tmp_path / 'runs')
     code, err = run_main(capsys, root, os.path.join(root, 'dense_L4_T128_s0'), '--out', str(tmp_path / 'out'),
@@ -840,7 +854,7 @@ def test_tuned_fit_pairs_each_arm_at_its_own_best_rate(tmp_path, capsys):
     assert sorted((r['model'], r['config']['learning_rate'], r['seed']) for r in runs) == [
         ('dense', 2e-3, 0), ('dense', 2e-3, 1), ('xmod', 4e-3, 0), ('xmod', 4e-3, 1)]
     code, err = run_main(capsys, str(tmp_path / 'runs'), '--out', str(tmp_path / 'out'), '--tuned', '--bootstrap',
-                         '0', '--skip_joint')
+                         '0')
     assert code == 0, err
     fj = json.load(open(tmp_path / 'out' / 'fit.json'))
     assert fj['inputs']['tuned'] and fj['inputs']['n_runs'] == 4 and fj['inputs']['n_off_best_rate'] == 4
