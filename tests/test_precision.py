@@ -72,8 +72,12 @@ def test_trains_evaluates_and_generates_under_autocast(model, impl, dtype):
         for routing in ('topk', 'causal'):
             assert torch.isfinite(m(x, y, routing=routing)[1])
     for B in (1, 3):
+        # the same sampling RNG for both: bf16 logits have 8 bits of mantissa, two tokens can tie exactly at the top,
+        # top_k=1 then keeps both, and the draw between them must be the same draw
         with autocast(dtype):
+            torch.manual_seed(2)
             cached = m.generate(x[:B, :6], 12, top_k=1, use_cache=True)
+            torch.manual_seed(2)
             window = m.generate(x[:B, :6], 12, top_k=1, use_cache=False)
         assert torch.equal(cached, window), (B, cached, window)
 
