@@ -34,6 +34,7 @@ MODELS = ('dense', 'mod', 'xmod', 'moe')
 IMPLS = ('fast', 'naive')
 GATES = ('variance', 'plain')
 ROUTINGS = ('topk', 'causal')
+WINDOWS = ('refill', 'exact')    # generation past block_size (GPT.generate)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -753,22 +754,28 @@ class GPT(nn.Module):
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, window='refill'):
         """Sample with causal routing: no routed layer or expert looks at a position after the one predicted.
         use_cache: the prompt in one pass, then each new token runs each layer once with its KV cache (section 9; a
-        routed layer caches only the tokens it took), instead of recomputing the whole window. Past block_size the
-        window slides, every position changes, and each step recomputes the window (as use_cache=False does)."""
+        routed layer caches only the tokens it took), instead of recomputing the whole window. Past block_size,
+        window says what the model sees: 'refill' (with the cache) re-fills the cache once from the last half window
+        (a prefill of the last block_size // 2 tokens, at positions 0..) and decodes on until the window is full
+        again, so each token sees between block_size / 2 and block_size tokens; 'exact' slides the window by one
+        token, every position changes, and each step recomputes it (as use_cache=False does)."""
+        if window not in WINDOWS:
+            raise ValueError(f"window={window!r} is invalid: allowed {' | '.join(WINDOWS)}")
         T_max = self.config.block_size
-        caches = None
+        caches, start = None, 0                                             # idx[:, start:] is the cached window
         for _ in range(max_new_tokens):
             T = idx.size(1)
-            if not use_cache or T > T_max:
+            if not use_cache or (window == 'exact' and T > T_max):
                 logits = self(idx[:, -T_max:], routing='causal')[0][:, -1, :]
-            elif caches is None:                                            # the prompt, in one pass
+            elif caches is None or T - start > T_max:                       # the prompt, or a full window
+                start = max(0, T - T_max) if caches is None else T - max(1, T_max // 2)
                 caches = new_caches(self, idx.size(0), idx.device)
-                logits = prefill(self, idx, caches)
+                logits = prefill(self, idx[:, start:], caches)
             else:
-                logits = decode_next(self, idx[:, -1], T - 1, caches)
+                logits = decode_next(self, idx[:, -1], T - 1 - start, caches)
             logits = logits.float() / max(temperature, 1e-8)   # float32: autocast's bf16/fp16 logits overflow here
             if top_k is not None:
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
