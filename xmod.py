@@ -149,7 +149,9 @@ def apply_rope(x, cos, sin):
     gathered at each token's own position."""
     x1, x2 = x.chunk(2, dim=-1)
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)    # broadcast over heads
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+    # (x1 cos - x2 sin, x1 sin + x2 cos) as x * (cos, cos) + (x2, x1) * (-sin, sin): the same bits, and on x's size
+    # two multiplies, one add and one cat instead of four, two and one (the tables are nh times smaller)
+    return x * torch.cat([cos, cos], dim=-1) + torch.cat([x2, x1], dim=-1) * torch.cat([-sin, sin], dim=-1)
 
 
 class Attention(nn.Module):
