@@ -25,7 +25,11 @@ GPT (LayerNorm, learned positions; written below) at nanoGPT's CPU recipe shape 
 in the train phase.
 Rows are measured `rounds` times, interleaved across rows, and the median is kept: read the ratios, not the
 absolute figures, which move with the machine's load. `mem_MB`: the tensors saved for backward in one training
-step (activation memory; on CUDA, the peak allocated).
+step (activation memory; on CUDA, the peak allocated). `aten_calls`: aten op calls (torch.profiler's events named
+aten::, nested ones included, e.g. aten::linear and the aten::mm inside it), counted in one more, untimed
+measurement: per step (train, layer_train), per forward (eval_causal, layer_causal), per new token position of the
+batch (decode: the prompt's prefill spread over the new tokens). Machine-independent where timings are noisy; a
+compiled row counts the aten calls left outside its kernels.
 """
 import json as jsonlib
 import os
@@ -150,6 +154,13 @@ def timer(phase, model, fwd, x, y, opt, ctx, dev, cfg):
         sync(dev)
         return time.perf_counter() - t0, tokens
     return measure
+
+
+def aten_calls(measure, units):
+    """aten op calls per unit (step, forward, new token) of one untimed measurement, and its profiler."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        measure()
+    return round(sum(e.count for e in prof.key_averages() if e.key.startswith('aten::')) / units), prof
 
 
 def layer_timer(m, l, x, routing, cfg, dev):
@@ -373,11 +384,13 @@ def bench(argv):
             r['times'].append(tokens / seconds)
     for r in rows:
         r['tokens_per_s'] = statistics.median(r['times'])
+        r['aten_calls'], r['prof'] = aten_calls(r['measure'], cfg.new_tokens if r['phase'].startswith('decode') else
+                                                cfg.steps)
     out = []
     print(f"device {dev} {cfg.dtype}, {torch.get_num_threads()} threads, n_embd {cfg.n_embd}, xmod stride "
           f"{cfg.stride} FLOP-matched to {cfg.dense_layers} dense layers; median of {cfg.rounds} rounds")
-    print("| model | impl | T | phase | tokens/s | ratio | against | vs same-depth dense | mem MB |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| model | impl | T | phase | tokens/s | ratio | against | vs same-depth dense | mem MB | aten calls |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         def ratio(model, impl='eager'):
             ref = [q for q in rows if q['model'] == model and q['impl'] == impl and q['T'] == r['T']
@@ -387,7 +400,7 @@ def bench(argv):
         vs_same = ratio('same_depth') if r['phase'].startswith('decode') else None
         row = dict(model=r['model'], stride=r['stride'], impl=r['impl'], T=r['T'], phase=r['phase'],
                    tokens_per_s=round(r['tokens_per_s'], 1), ratio_vs_dense=vs and round(vs, 3),
-                   against=' '.join(r['ref']))
+                   against=' '.join(r['ref']), aten_calls=r['aten_calls'])
         if r['phase'].startswith('decode'):
             row['ratio_vs_same_depth_dense'] = vs_same and round(vs_same, 3)
         if r['mem'] is not None:
@@ -396,14 +409,12 @@ def bench(argv):
         fmt = lambda v: '-' if v is None else f"{v:.2f}"
         print(f"| {row['model']}{'' if row['stride'] is None else ' s%d' % row['stride']} | {row['impl']} | "
               f"{row['T']} | {row['phase']} | {row['tokens_per_s']:,.0f} | {fmt(vs)} | {row['against']} | "
-              f"{fmt(vs_same)} | {row.get('mem_MB', '-')} |")
+              f"{fmt(vs_same)} | {row.get('mem_MB', '-')} | {row['aten_calls']:,} |")
     model_flops(rows, out, cfg, dev)
     if cfg.profile:                                  # where the time goes, row by row
-        for r, row in zip(rows, out):
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-                r['measure']()
+        for r, row in zip(rows, out):                # the aten_calls measurement's profile
             print(f"\nprofile: {row['model']} {row['impl']} T={row['T']} {row['phase']} ({cfg.steps} steps)")
-            print(prof.key_averages().table(sort_by='self_cpu_time_total', row_limit=12))
+            print(r['prof'].key_averages().table(sort_by='self_cpu_time_total', row_limit=12))
     if cfg.json:
         with open(cfg.json, 'w') as f:
             jsonlib.dump(out, f, indent=1)

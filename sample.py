@@ -5,6 +5,7 @@ position after the one being predicted), decoded with the run's own tokenizer (s
     python sample.py --out_dir=out
     python sample.py --out_dir=out --start="ROMEO:" --num_samples=2 --max_new_tokens=300
     python sample.py --out_dir=out --start=FILE:prompt.txt --temperature=0.7 --top_k=50
+    python sample.py --out_dir=out --max_new_tokens=2000 --window=exact   # past block_size: slide, recomputing
     python sample.py --out_dir=out --show_routing=True     # also out/routing.png: which routed layers took each token
 
 Overrides are --key=value (or a config file), type-checked as in train.py. Exit code 2 on bad input (a missing or
@@ -18,7 +19,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from configurator import UserError, autocast, configure, defaults_of, one_line, pick_device, run_main
 from run_folder import load_model
-from xmod import layer_kinds, layout_string
+from xmod import WINDOWS, layer_kinds, layout_string
 
 # -----------------------------------------------------------------------------------------------------------------
 out_dir = 'out'             # the run folder holding ckpt.pt
@@ -29,6 +30,8 @@ temperature = 0.8           # < 1: more conservative, > 1: more diverse
 top_k = 200                 # keep only the top_k most likely tokens (0 = all)
 seed = 1337                 # the sampling draws
 use_cache = True            # KV cache: each new token runs each layer once (False: recompute the window)
+window = 'refill'           # past block_size: 'refill' the cache from the last half window when it is full
+                            # (each token sees T/2..T tokens) | 'exact': slide by one, recomputing each step
 device = ''                 # '' = auto: cuda, then mps, then cpu
 dtype = ''                  # '' = bfloat16 autocast on CUDA, float32 elsewhere; bfloat16 | float16 on a CPU too
 show_routing = False        # also write out_dir/routing.png: each token of the first sample by its routed depth
@@ -38,6 +41,8 @@ DEFAULTS = defaults_of(globals())
 
 def sample(argv):
     cfg, _ = configure(argv, DEFAULTS, doc=__doc__, source=__file__)
+    if cfg.window not in WINDOWS:
+        raise UserError(f"--window={cfg.window!r}: expected {' | '.join(WINDOWS)}")
     dev = pick_device(cfg.device)
     device_type = dev.split(':')[0]
     model, ckpt = load_model(cfg.out_dir, dev)      # in eval mode: the causal thresholds stay frozen, dropout off
@@ -72,7 +77,7 @@ def sample(argv):
     with torch.no_grad(), ctx:
         for n in range(cfg.num_samples):
             y = model.generate(x, cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k or None,
-                               use_cache=cfg.use_cache)
+                               use_cache=cfg.use_cache, window=cfg.window)
             # a padded vocabulary (gpt2: 50304) has ids the tokenizer lacks; an untrained id is never worth printing
             text_ids = [i for i in y[0].tolist() if i < meta['vocab_size']]
             first = text_ids if n == 0 else first

@@ -34,6 +34,7 @@ MODELS = ('dense', 'mod', 'xmod', 'moe')
 IMPLS = ('fast', 'naive')
 GATES = ('variance', 'plain')
 ROUTINGS = ('topk', 'causal')
+WINDOWS = ('refill', 'exact')    # generation past block_size (GPT.generate)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -144,10 +145,13 @@ def rope_tables(head_size, block_size, base=10000.0):
 
 
 def apply_rope(x, cos, sin):
-    """x (B, nh, T, hs); cos/sin (B or 1, T, hs/2) gathered at each token's own position."""
+    """x (B, nh, T, hs), or q and k stacked (2, B, nh, T, hs) to rotate both in one call; cos/sin (B or 1, T, hs/2)
+    gathered at each token's own position."""
     x1, x2 = x.chunk(2, dim=-1)
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)    # broadcast over heads
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+    # (x1 cos - x2 sin, x1 sin + x2 cos) as x * (cos, cos) + (x2, x1) * (-sin, sin): the same bits, and on x's size
+    # two multiplies, one add and one cat instead of four, two and one (the tables are nh times smaller)
+    return x * torch.cat([cos, cos], dim=-1) + torch.cat([x2, x1], dim=-1) * torch.cat([-sin, sin], dim=-1)
 
 
 class Attention(nn.Module):
@@ -167,12 +171,12 @@ class Attention(nn.Module):
         position in its sequence. After a routed gather the tokens are a subsequence, and RoPE must still rotate them
         by where they were, not by 0..k-1 (a known bug of public MoD code). The one home of that rule."""
         B, T, C = x.size()
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+        qkv = self.c_attn(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
         cos, sin = self.cos[pos], self.sin[pos]                             # (T, hs/2) or (B, T, hs/2)
         if cos.dim() == 2:
             cos, sin = cos.unsqueeze(0), sin.unsqueeze(0)
-        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+        q, k = apply_rope(qkv[:2], cos, sin)                                # q and k in one rotation: half the ops
+        return q, k, qkv[2]
 
     def forward(self, x, pos, cache=None):
         """Causal attention among the tokens of x (B, T, C), in the given order, at positions pos (qkv). cache:
@@ -191,8 +195,7 @@ class Attention(nn.Module):
         causal mask; a padding mask where sequences have cached different numbers of tokens)."""
         n, _, C = x.size()
         q, k, v = self.qkv(x, pos.unsqueeze(1))                              # (n, nh, 1, hs) each
-        cache.append(rows, pos, k, v)
-        keys, values, valid = cache.read(rows)                               # (n, nh, L, hs) each
+        keys, values, valid = cache.read(rows, cache.append(rows, pos, k, v))   # (n, nh, L, hs) each
         y = F.scaled_dot_product_attention(q, keys, values, attn_mask=valid)   # (n, nh, 1, hs)
         return self.c_proj(y.transpose(1, 2).reshape(n, 1, C))
 
@@ -227,9 +230,14 @@ class Block(nn.Module):
         f, aux = self.update(x, self.attn(self.ln_1(x), pos), routing)
         return x + f, aux
 
-    def delta(self, x, pos, cache=None):
-        """The update f(x) alone, for a routed layer's selected tokens x (B, k, C) at positions pos."""
-        return self.update(x, self.attn(self.ln_1(x), pos, cache))[0]
+    def delta(self, x, pos, cache=None, rows=None):
+        """The update f(x) alone, for a routed layer's selected tokens x (B, k, C) at positions pos. rows (n,): the
+        MLP runs on these rows of the flattened (B*k, C) only, packed, and f is (n, C) (causal routing's real slots:
+        attention needs each sequence's tokens side by side, the MLP, 2/3 of the FLOPs, needs no neighbours)."""
+        a = self.attn(self.ln_1(x), pos, cache)                           # (B, k, C)
+        if rows is not None:
+            x, a = x.flatten(0, 1)[rows], a.flatten(0, 1)[rows]             # (n, C) each
+        return self.update(x, a)[0]
 
     def update(self, x, a, routing='topk'):
         """Attention, then MLP: f = a + mlp(ln_2(x + a)) from the attention's output a, and what the MLP reports.
@@ -301,9 +309,9 @@ def in_float32(forward):
     "selected" mean "score > cut"; the causal threshold and the router's BCE targets would lose their meaning too.
     In float32 it changes nothing. Used by Router.forward and MoE.router_logits."""
     @functools.wraps(forward)
-    def wrapped(self, x):
+    def wrapped(self, x, *args):
         with torch.autocast(x.device.type, enabled=False):
-            return forward(self, x.float())
+            return forward(self, x.float(), *args)
     return wrapped
 
 
@@ -326,13 +334,19 @@ class Router(nn.Module):
         self.register_buffer('thr_steps', torch.zeros(()))
 
     @in_float32
-    def forward(self, x):
+    def forward(self, x, weight=None):
         """x (B, T, C) -> scores (B, T), in float32 (in_float32). The variance gate normalises each token's input
         (RMSNorm) and the weight (unit norm), so scores have the same scale at every depth and use no statistics
-        across positions (a per-batch or per-sequence normalisation would leak the future into causal routing)."""
+        across positions (a per-batch or per-sequence normalisation would leak the future into causal routing).
+        weight: unit_weight() when the caller has it already (generation reads it once, new_caches)."""
+        weight = self.unit_weight() if weight is None else weight
         if self.variance:
-            return F.linear(F.rms_norm(x, (x.size(-1),)), self.weight / self.weight.norm()).squeeze(-1)
-        return F.linear(x, self.weight).squeeze(-1)
+            return F.linear(F.rms_norm(x, (x.size(-1),)), weight).squeeze(-1)
+        return F.linear(x, weight).squeeze(-1)
+
+    def unit_weight(self):
+        """The scoring vector (1, C) that forward uses: the weight, at unit norm for the variance gate."""
+        return self.weight / self.weight.norm() if self.variance else self.weight
 
     def gate(self, r):
         """Multiplier on a selected token's update, with the router on the gradient path."""
@@ -378,11 +392,10 @@ class RoutedBlock(nn.Module):
         w = self.router.gate(r)                                             # (B, T)
         if routing == 'topk':
             idx, mask, cut = route_topk(r, capacity_k(self.capacity, T))
-            # The router learns to predict its own top-k choice from the token alone (for causal routing).
-            # Targets: this sequence's own top-k mask (B, T), detached; never another sequence's.
-            centred = r - cut.unsqueeze(1)                                  # (B, T); > 0 exactly where selected
-            aux = {'router_bce': F.binary_cross_entropy_with_logits(centred, mask.float()),
-                   'soft': torch.sigmoid(centred), 'cut': cut}
+            # The router learns to predict its own top-k choice from the token alone (for causal routing): the
+            # scores centred on this sequence's own cut are the logits of its BCE, and this sequence's own mask
+            # its targets (GPT.aux_losses, all routed layers in one call); sigmoid(centred) its soft choice.
+            aux = {'centred': r - cut.unsqueeze(1), 'cut': cut}            # (B, T); > 0 exactly where selected
         else:
             idx, mask = None, r > self.router.threshold()                   # causal: token i's own score only
             aux = {}
@@ -399,7 +412,7 @@ class RoutedBlock(nn.Module):
         """Generation, one new token per sequence: x (B, 1, C) at positions pos (B,). The router scores it; where the
         score does not pass the calibrated threshold the layer does nothing more for it (no attention, no MLP,
         nothing cached). The others attend over the tokens this layer took before in their own sequence."""
-        r = self.router(x)                                                  # (B, 1)
+        r = self.router(x, cache.router_weight)                             # (B, 1); the weight read once
         take = r[:, 0] > cache.threshold                                    # (B,) the calibrated threshold
         if x.size(0) == 1:                  # batch 1: a Python branch, no index ops (most tokens are skipped here)
             if not take.item():
@@ -409,14 +422,12 @@ class RoutedBlock(nn.Module):
         if rows.numel() == 0:
             return x
         f = self.block.decode_delta(x[rows], pos[rows], cache, rows)        # (n, 1, C)
-        out = x.clone()
-        out[rows] = x[rows] + (self.router.gate(r[rows]).unsqueeze(-1) * f).to(x.dtype)
-        return out
+        return x.index_add(0, rows, (self.router.gate(r[rows]).unsqueeze(-1) * f).to(x.dtype))   # x + gated f there
 
     def prefill(self, x, pos, cache):
         """Generation's prompt in one causal pass (pos: 0..T-1): the tokens whose scores pass the threshold go
         through the block, as in forward_fast_causal, and only they fill the cache."""
-        r = self.router(x)                                                  # (B, T)
+        r = self.router(x, cache.router_weight)                             # (B, T)
         return self.forward_fast_causal(x, r > cache.threshold, self.router.gate(r), cache)
 
     def forward_naive(self, x, mask, w):
@@ -445,26 +456,32 @@ class RoutedBlock(nn.Module):
 
     def forward_fast_causal(self, x, mask, w, cache=None):
         """Causal routing at the cost of the tokens taken: each sequence's taken tokens, gathered to the front in order
-        and padded to the batch's largest count k_max, go through the block at their original positions; the gated
-        update of the real slots is scattered back. cache (prefill) keeps the real slots only."""
+        and padded to the batch's largest count k_max, go through attention at their original positions; the MLP
+        runs on the real slots of the whole batch packed together (n, their sum, not B * k_max); their gated update
+        is added back onto their rows. cache (prefill) keeps the real slots only."""
         B, T, C = x.size()
         counts = mask.sum(1)                                                # (B,) tokens taken per sequence
-        # k_max is the one size read from the data: torch.compile keeps it in one graph as an "unbacked" size
-        # (torch._dynamo.config.capture_scalar_outputs = True, as train.py sets), told only these bounds. At least
-        # one slot, so that no tensor is empty: when nothing passes, one padding slot runs, its update times 0.
-        k_max = int(counts.max().clamp_min(1))
+        # k_max and n are the sizes read from the data (one host sync): torch.compile keeps them in one graph as
+        # "unbacked" sizes (torch._dynamo.config.capture_scalar_outputs = True, as train.py sets), told only these
+        # bounds. At least one of each, so that no tensor is empty: when nothing passes, one padding slot runs
+        # through the block, its update times 0.
+        k_max, n = torch.stack([counts.max(), counts.sum()]).clamp_min(1).tolist()
         torch._check(k_max >= 1)
         torch._check(k_max <= T)
+        torch._check(n >= 1)
+        torch._check(n <= B * k_max)
         first = torch.where(mask, 0, T) + torch.arange(T, device=x.device)  # selected positions sort first
         idx = first.argsort(dim=1)[:, :k_max]                               # (B, k_max) positions, ascending
         real = torch.arange(k_max, device=x.device) < counts.unsqueeze(1)   # (B, k_max)
-        gidx = idx.unsqueeze(-1).expand(-1, -1, C)                          # (B, k_max, C)
+        rows = real.logical_not().flatten().argsort(stable=True)[:n]        # (n,) real slots of (B*k_max), in order
+        token = (idx + T * torch.arange(B, device=x.device).unsqueeze(1)).flatten()[rows]   # (n,) their rows in (B*T)
+        xs = torch.gather(x, 1, idx.unsqueeze(-1).expand(-1, -1, C))        # (B, k_max, C)
         # plain causal attention suffices: a real slot's earlier slots are all real; what padding computes is dropped
-        f = self.block.delta(torch.gather(x, 1, gidx), idx, cache=cache)    # (B, k_max, C); RoPE at positions idx
+        f = self.block.delta(xs, idx, cache=cache, rows=rows)               # (n, C); RoPE at positions idx
         if cache is not None:
             cache.keep(counts)                                              # the padding slots are not cached
-        ws = (torch.gather(w, 1, idx) * real).unsqueeze(-1)                 # (B, k_max, 1); 0 on padding
-        return torch.scatter_add(x, 1, gidx, (ws * f).to(x.dtype))
+        ws = (w.flatten()[token] * real.flatten()[rows]).unsqueeze(-1)      # (n, 1); 0 on a padding slot
+        return x.flatten(0, 1).index_add(0, token, (ws * f).to(x.dtype)).view(B, T, C)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -653,9 +670,13 @@ class GPT(nn.Module):
         moe = [a for kind, a in zip(kinds, layers) if kind == 'moe']
         losses = {}
         if routed:
-            losses['router_bce'] = torch.stack([a['router_bce'] for a in routed]).mean()
+            # every routed layer at once (R, B, T): one BCE (the mean of the layers' equal-sized means) and one
+            # sigmoid, the soft choice that depth balancing sums over layers
+            centred = torch.stack([a['centred'] for a in routed])
+            losses['router_bce'] = F.binary_cross_entropy_with_logits(
+                centred, torch.stack([a['mask'] for a in routed]).float())
             target = len(routed) * capacity_k(self.config.capacity, T) / T    # c * R, with c as realised at T
-            losses['depth_balance'] = depth_balance_loss(torch.stack([a['soft'] for a in routed]), target)
+            losses['depth_balance'] = depth_balance_loss(torch.sigmoid(centred), target)
             if self.config.router_zloss > 0:    # an ablation, off by default: logged only when it is on
                 losses['router_zloss'] = torch.stack([a['scores'].square().mean() for a in routed]).mean()
         if moe:
@@ -735,22 +756,28 @@ class GPT(nn.Module):
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, window='refill'):
         """Sample with causal routing: no routed layer or expert looks at a position after the one predicted.
         use_cache: the prompt in one pass, then each new token runs each layer once with its KV cache (section 9; a
-        routed layer caches only the tokens it took), instead of recomputing the whole window. Past block_size the
-        window slides, every position changes, and each step recomputes the window (as use_cache=False does)."""
+        routed layer caches only the tokens it took), instead of recomputing the whole window. Past block_size,
+        window says what the model sees: 'refill' (with the cache) re-fills the cache once from the last half window
+        (a prefill of the last block_size // 2 tokens, at positions 0..) and decodes on until the window is full
+        again, so each token sees between block_size / 2 and block_size tokens; 'exact' slides the window by one
+        token, every position changes, and each step recomputes it (as use_cache=False does)."""
+        if window not in WINDOWS:
+            raise ValueError(f"window={window!r} is invalid: allowed {' | '.join(WINDOWS)}")
         T_max = self.config.block_size
-        caches = None
+        caches, start = None, 0                                             # idx[:, start:] is the cached window
         for _ in range(max_new_tokens):
             T = idx.size(1)
-            if not use_cache or T > T_max:
+            if not use_cache or (window == 'exact' and T > T_max):
                 logits = self(idx[:, -T_max:], routing='causal')[0][:, -1, :]
-            elif caches is None:                                            # the prompt, in one pass
+            elif caches is None or T - start > T_max:                       # the prompt, or a full window
+                start = max(0, T - T_max) if caches is None else T - max(1, T_max // 2)
                 caches = new_caches(self, idx.size(0), idx.device)
-                logits = prefill(self, idx, caches)
+                logits = prefill(self, idx[:, start:], caches)
             else:
-                logits = decode_next(self, idx[:, -1], T - 1, caches)
+                logits = decode_next(self, idx[:, -1], T - 1 - start, caches)
             logits = logits.float() / max(temperature, 1e-8)   # float32: autocast's bf16/fp16 logits overflow here
             if top_k is not None:
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
@@ -865,29 +892,30 @@ class KVCache:
     layer every token, a routed layer those that passed its causal threshold (read once, `threshold`), so each
     sequence has its own `length`."""
 
-    def __init__(self, B, n_head, head_size, L, device, dtype, threshold=None):
+    def __init__(self, B, n_head, head_size, L, device, dtype, threshold=None, router_weight=None):
         self.k = torch.zeros(B, n_head, L, head_size, device=device, dtype=dtype)
         self.v = torch.zeros_like(self.k)
         self.pos = torch.full((B, L), -1, dtype=torch.long, device=device)
         self.length = torch.zeros(B, dtype=torch.long, device=device)
         self.filled = 0       # the longest row, a Python int: rows all that long read plain views (no mask, no sync)
-        self.threshold = threshold
+        self.threshold, self.router_weight = threshold, router_weight   # a routed layer's, fixed while generating
 
     def append(self, rows, pos, k, v):
         """rows (n,) the sequences taking a token at positions pos (n,), or None for all of them, when all have the
         same length (a dense layer; a routed layer at batch 1); k, v (n, nh, 1, hs), in any dtype (autocast gives
-        bf16 values): they are written in the cache's own."""
+        bf16 values): they are written in the cache's own. Returns the rows' lengths (n,) after it (None: all)."""
         if rows is None:
             at = self.filled
             self.k[:, :, at], self.v[:, :, at], self.pos[:, at] = k[:, :, 0], v[:, :, 0], pos   # copy_ casts
             self.length += 1
             self.filled += 1
-            return
+            return None
         at = self.length[rows]                                          # (n,) the next free slot of each row
         self.k[rows, :, at], self.v[rows, :, at] = k[:, :, 0].to(self.k.dtype), v[:, :, 0].to(self.v.dtype)
         self.pos[rows, at] = pos
-        self.length[rows] += 1
-        self.filled = int(self.length.max())
+        self.length[rows] = at + 1
+        self.filled = max(self.filled, int(at.max()) + 1)              # lengths only grow
+        return at + 1
 
     def fill(self, pos, k, v):
         """The prompt's keys and values in one go (prefill): k, v (B, nh, L, hs) at positions pos (L,) or (B, L).
@@ -901,23 +929,26 @@ class KVCache:
         """After a padded fill: only the first counts (B,) slots of each row are real tokens (a routed prefill)."""
         self.length, self.filled = counts.clone(), int(counts.max())
 
-    def read(self, rows):
+    def read(self, rows, length=None):
         """k, v (n, nh, L, hs) of the sequences `rows` (None: all, of equal length) and a mask of their real slots
-        (n, 1, 1, L), None when every slot is real."""
+        (n, 1, 1, L), None when every slot is real; length (n,): the rows' lengths (append returns them). L is the
+        longest row of the whole batch (filled, known without a sync); the mask hides the rest."""
+        L = self.filled
         if rows is None:
-            return self.k[:, :, :self.filled], self.v[:, :, :self.filled], None
-        L = int(self.length[rows].max())
-        valid = torch.arange(L, device=self.k.device) < self.length[rows].unsqueeze(1)    # (n, L)
+            return self.k[:, :, :L], self.v[:, :, :L], None
+        length = self.length[rows] if length is None else length
+        valid = torch.arange(L, device=self.k.device) < length.unsqueeze(1)       # (n, L)
         return self.k[rows, :, :L], self.v[rows, :, :L], valid[:, None, None, :]
 
 
 def new_caches(model, B, device):
-    """One empty KVCache per layer for B sequences; a routed layer's holds its calibrated causal threshold."""
+    """One empty KVCache per layer for B sequences; a routed layer's holds its calibrated causal threshold and its
+    router's unit weight, read once for the whole generation."""
     c = model.config
     model.warn_if_uncalibrated()
     dtype = model.lm_head.weight.dtype
     return [KVCache(B, c.n_head, c.n_embd // c.n_head, c.block_size, device, dtype,
-                    layer.router.threshold() if kind == 'routed' else None)
+                    *((layer.router.threshold(), layer.router.unit_weight()) if kind == 'routed' else ()))
             for kind, layer in zip(layer_kinds(c), model.transformer.h)]
 
 

@@ -1,6 +1,6 @@
 """KV-cache generation: each new token runs each layer once; a routed layer caches only the tokens it took. The
 cached decode equals the causal forward (logits to 1e-4, the same greedy tokens) for every family, batch > 1 with
-different selections per sequence, and past block_size."""
+different selections per sequence, and past block_size (the exact sliding window, and the default refilled one)."""
 import os
 import sys
 
@@ -56,15 +56,40 @@ def test_cached_decode_equals_the_causal_forward(model, B):
 
 @pytest.mark.parametrize('model', ['dense', 'mod', 'xmod', 'moe'])
 def test_greedy_generation_is_the_same_with_and_without_the_cache(model):
-    """Batch 2, a prompt of 10, then 40 new tokens: past block_size=32 the window slides."""
+    """Batch 2, a prompt of 10, then 40 new tokens: past block_size=32 the window slides (window='exact')."""
     m = calibrated(model)
     idx = prompts(2, 10, seed=3)
     torch.manual_seed(0)
-    a = m.generate(idx, 40, top_k=1, use_cache=True)
+    a = m.generate(idx, 40, top_k=1, use_cache=True, window='exact')
     torch.manual_seed(0)
     b = m.generate(idx, 40, top_k=1, use_cache=False)
     assert torch.equal(a, b)
     assert a.shape == (2, 50)
+
+
+@pytest.mark.parametrize('B', [2, 1])
+@pytest.mark.parametrize('model', ['dense', 'xmod', 'moe'])
+def test_refill_window_equals_recomputing_the_same_windows(model, B):
+    """The default past block_size (window='refill'): when the window is full the cache is re-filled from the last
+    half window, at positions 0.., and decoding goes on until it is full again. Each step's logits equal an uncached
+    causal forward of that same window, so greedy tokens agree; a prompt of 40 > block_size=32 starts with the last
+    32 of it, then 70 new tokens refill the cache three times."""
+    m = calibrated(model)
+    idx = prompts(B, 40, seed=5)
+    torch.manual_seed(0)
+    got = m.generate(idx, 70, top_k=1)
+    assert torch.equal(got[:, :40], idx)
+    T_max, start, windows = 32, 40 - 32, set()
+    for T in range(40, 110):                      # the token at T from the window the rule gives: [start, T)
+        if T - start > T_max:
+            start = T - T_max // 2
+        windows.add(T - start)
+        with torch.no_grad():
+            logits, _ = m(got[:, start:T], routing='causal')
+        assert torch.equal(logits[:, -1].argmax(-1), got[:, T]), T
+    assert min(windows) == T_max // 2 and max(windows) == T_max
+    with pytest.raises(ValueError, match='window'):
+        m.generate(idx, 1, window='slide')
 
 
 @pytest.mark.parametrize('B', [3, 1])

@@ -708,10 +708,13 @@ def test_bench_prints_and_writes_its_rows(tmp_path):
     assert {(x['model'], x['phase']) for x in rows} >= {(m, p) for m in ('dense', 'xmod') for p in
                                                         ('train', 'eval_causal', 'decode_b1', 'decode_b8')}
     for x in rows:
-        assert {'model', 'stride', 'impl', 'T', 'phase', 'tokens_per_s', 'ratio_vs_dense'} <= set(x)
-        assert x['tokens_per_s'] > 0 and x['T'] == 40
+        assert {'model', 'stride', 'impl', 'T', 'phase', 'tokens_per_s', 'ratio_vs_dense', 'aten_calls'} <= set(x)
+        assert x['tokens_per_s'] > 0 and x['T'] == 40 and x['aten_calls'] > 0
         if x['model'] == 'dense':
             assert x['ratio_vs_dense'] == 1.0
+    calls = {(x['model'], x['phase']): x['aten_calls'] for x in rows}
+    assert calls[('xmod', 'train')] > calls[('dense', 'train')]         # a deeper stack of small ops
+    for x in rows:
         if x['phase'].startswith('decode'):
             assert x['ratio_vs_same_depth_dense'] > 0
             if x['model'] == 'same_depth':

@@ -521,9 +521,9 @@ def test_calibration_is_once_per_step_over_the_whole_batch():
 
 @pytest.mark.parametrize('model', ['mod', 'xmod'])
 def test_causal_fast_path_equals_naive_when_none_or_all_pass(model):
-    """forward_fast_causal gathers each sequence's taken tokens (padded to the batch's largest count) and equals the
-    naive path, with a sequence that takes nothing, one that takes everything and one in between; and a batch where
-    nothing passes at all."""
+    """forward_fast_causal gathers each sequence's taken tokens (padded to the batch's largest count for attention,
+    packed for the MLP) and equals the naive path, with a sequence that takes nothing, one that takes everything and
+    one in between; and a batch where nothing passes at all."""
     torch.manual_seed(0)
     m = GPT(tiny(model, n_layer=5, capacity=0.25))
     layer = routed_layers(m)[0]
@@ -536,13 +536,15 @@ def test_causal_fast_path_equals_naive_when_none_or_all_pass(model):
         fast, naive = layer.forward_fast_causal(x, mk, w), layer.forward_naive(x, mk, w)
         assert rel_err(fast, naive) <= 1e-5
         assert torch.equal(fast[~mk], x[~mk])            # untaken tokens pass bit for bit
-    cost = []                                            # the block runs on (B, k_max) tokens, not (B, T)
-    h = layer.block.ln_1.register_forward_hook(lambda mod, args, out: cost.append(args[0].shape[:2]))
+    cost = []                  # attention runs on (B, k_max) tokens, not (B, T); the MLP on their sum, packed
+    hooks = [module.register_forward_hook(lambda mod, args, out: cost.append(tuple(args[0].shape[:-1])))
+             for module in (layer.block.ln_1, layer.block.mlp)]
     mask[1] = False
     mask[1, :2] = True
     layer.forward_fast_causal(x, mask, w)
-    h.remove()
-    assert cost == [torch.Size([3, 5])]
+    for h in hooks:
+        h.remove()
+    assert cost == [(3, 5), (0 + 2 + 5,)]
 
 
 def test_router_zloss_is_the_mean_squared_score_and_off_by_default():
@@ -556,7 +558,7 @@ def test_router_zloss_is_the_mean_squared_score_and_off_by_default():
     torch.manual_seed(0)
     model = GPT(tiny('xmod', router_zloss=0.5))
     _, loss, aux = model(idx, tgt, return_aux=True)
-    scores = [a['scores'] for a in aux['layers'] if 'router_bce' in a]
+    scores = [a['scores'] for a in aux['layers'] if 'centred' in a]
     expect = torch.stack([s.square().mean() for s in scores]).mean()
     assert torch.allclose(aux['losses']['router_zloss'], expect)
     others = sum(model.loss_weights()[k] * v for k, v in aux['losses'].items() if k not in ('lm', 'router_zloss'))

@@ -71,7 +71,7 @@ EXERCISES = {
     'router_score': Exercise(
         'xmod.py', 'Router.forward', "the router's score: variance-scaled (X-MoD) or raw (MoD)",
         "Variance gate: the unit-norm weight times RMSNorm(x_i) (F.rms_norm), per token, no statistic across "
-        "positions. Plain gate: the raw w . x_i. Return (B, T)."),
+        "positions. Plain gate: the raw w . x_i. Return (B, T). A weight passed in is that vector already."),
     'router_gate': Exercise(
         'xmod.py', 'Router.gate', "the gate on a routed token's update",
         'Variance gate: the learnable gain g_l times sigmoid(r). Plain gate (MoD): the raw score r. Both keep r '
