@@ -20,9 +20,9 @@ runs the same way: a compiled row is against the compiled dense model):
   layer_causal  (extras) the same X-MoD layer's forward in causal routing, no gradient
 Models: dense (the reference), xmod (stride and capacity below, FLOP-matched to dense_layers dense layers), and for
 decode a dense model of xmod's total depth and width (the same parameters: `same_depth`). The MoE's fast path
-against its naive one (whole model, train phase; and the layer phases) and the dense model against a nanoGPT-shaped
-GPT (LayerNorm, learned positions; written below) at nanoGPT's CPU recipe shape (4 layers, 128 wide, batch 12 x 64)
-in the train phase.
+against its naive one (whole model, train phase, at every T; and the layer phases, at the first T) and the dense
+model against a nanoGPT-shaped GPT (LayerNorm, learned positions; written below) at nanoGPT's CPU recipe shape
+(4 layers, 128 wide, batch 12 x 64) in the train phase.
 Rows are measured `rounds` times, interleaved across rows, and the median is kept: read the ratios, not the
 absolute figures, which move with the machine's load. `mem_MB`: the tensors saved for backward in one training
 step (activation memory; on CUDA, the peak allocated). `aten_calls`: aten op calls (torch.profiler's events named
@@ -348,13 +348,14 @@ def bench(argv):
                                      phase=phase, ref=('dense', impl), fpt=flops_per_token(gptconf, T, B),
                                      measure=timer(phase, m, fwd, x, y, opt, ctx, dev, cfg),
                                      mem=saved_bytes(m, x, y) if phase == 'train' and impl == 'eager' else None))
-        if cfg.extras and 'train' in wanted and T == Ts[0]:
-            moe = replace(dense, model='moe')
+        moe = replace(dense, model='moe')
+        if cfg.extras and 'train' in wanted:          # the MoE's whole model at every T: its goal is "at every T"
             for impl in ('fast', 'naive'):
                 m = calibrated(replace(moe, impl=impl), dev, x)
                 rows.append(dict(model='moe', stride=None, impl=impl, T=T, phase='train', ref=('moe', 'naive'),
                                  measure=timer('train', m, m, x, y, optimizer(m, dev), ctx, dev,
                                                cfg), mem=None))
+        if cfg.extras and 'train' in wanted and T == Ts[0]:
             # the routed computation alone: X-MoD's first routed layer (both routings) and the MoE's first layer
             for name, gptconf, l, routings in (('xmod', sparse, 1, ('topk', 'causal')), ('moe', moe, 0, ('topk',))):
                 for routing in routings:

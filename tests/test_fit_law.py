@@ -199,8 +199,9 @@ def full_fit(tmp_path_factory):
     root = tmp_path_factory.mktemp('sweep')
     out = str(tmp_path_factory.mktemp('law'))
     make_sweep(root)
+    # the joint law has its own end-to-end tests (test_joint_law_*): skipped here, it is most of this fit's time
     result = fit_law.run(fit_law.parse_args([os.path.join(str(root), '*'), '--out', out, '--holdout', 'stride==8',
-                                             '--bootstrap', '20']))
+                                             '--bootstrap', '20', '--skip_joint']))
     return result, out
 
 

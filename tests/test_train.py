@@ -723,18 +723,21 @@ def test_bench_prints_and_writes_its_rows(tmp_path):
 
 def test_bench_extras_time_fast_against_naive(tmp_path):
     """The extras at a toy size: the MoE model and one routed layer (X-MoD: top-k and causal; MoE: top-k), each fast
-    path against its naive one (the naive row is the reference, at 1), and dense against the nanoGPT-shaped GPT."""
+    path against its naive one (the naive row is the reference, at 1), and dense against the nanoGPT-shaped GPT. The
+    MoE's whole model at every T, the layers at the first."""
     out = tmp_path / 'bench.json'
-    r = run(os.path.join(ROOT, 'bench.py'), '--contexts=40', '--n_embd=32', '--n_head=2', '--steps=1', '--rounds=1',
-            '--phases=train', f'--json={out}')
+    r = run(os.path.join(ROOT, 'bench.py'), '--contexts=40,24', '--n_embd=32', '--n_head=2', '--steps=1',
+            '--rounds=1', '--phases=train', f'--json={out}')
     assert r.returncode == 0, r.stderr
-    rows = {(x['model'], x['impl'], x['phase']): x for x in json.load(open(out))}
-    for model, phase in (('moe', 'train'), ('moe', 'layer_train'), ('xmod', 'layer_train'), ('xmod', 'layer_causal')):
-        naive, fast = rows[(model, 'naive', phase)], rows[(model, 'fast', phase)]
+    rows = {(x['model'], x['impl'], x['phase'], x['T']): x for x in json.load(open(out))}
+    for model, phase, T in (('moe', 'train', 40), ('moe', 'train', 24), ('moe', 'layer_train', 40),
+                            ('xmod', 'layer_train', 40), ('xmod', 'layer_causal', 40)):
+        naive, fast = rows[(model, 'naive', phase, T)], rows[(model, 'fast', phase, T)]
         assert naive['against'] == fast['against'] == f'{model} naive' and naive['ratio_vs_dense'] == 1.0
         assert fast['ratio_vs_dense'] == pytest.approx(fast['tokens_per_s'] / naive['tokens_per_s'], rel=1e-2)
-    assert rows[('nanogpt_ref', 'eager', 'train')]['ratio_vs_dense'] == 1.0
-    assert rows[('dense_4x128', 'eager', 'train')]['against'] == 'nanogpt_ref eager'
+    assert not any(key[2].startswith('layer') and key[3] == 24 for key in rows)
+    assert rows[('nanogpt_ref', 'eager', 'train', 64)]['ratio_vs_dense'] == 1.0
+    assert rows[('dense_4x128', 'eager', 'train', 64)]['against'] == 'nanogpt_ref eager'
 
 
 def test_bench_profiles_each_row():
