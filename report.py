@@ -15,12 +15,13 @@ from runs import METRICS, ROUTER_KNOBS, config_key
 # -----------------------------------------------------------------------------
 # plots
 
-COLORS = {'dense': 'black', 'mod': 'tab:orange', 'xmod': 'tab:blue', 'moe': 'tab:green', 'xmod-plain': 'tab:purple',
-          'xmod-nobal': 'tab:cyan', 'xmod-plain-nobal': 'tab:pink', 'xmod-mom0': 'tab:red', 'xmod-bce1': 'tab:olive',
+COLORS = {'dense': 'black', 'mod': 'tab:orange', 'mod-centred': 'tab:orange', 'xmod': 'tab:blue', 'moe': 'tab:green',
+          'moe-cf1': 'tab:green', 'xmod-plain': 'tab:purple', 'xmod-nobal': 'tab:cyan', 'xmod-plain-nobal': 'tab:pink',
+          'xmod-random': 'tab:gray', 'xmod-active': 'tab:olive', 'xmod-mom0': 'tab:red', 'xmod-bce1': 'tab:olive',
           'xmod-z0.01': 'tab:brown'}
 BASE = ('capacity_gain', 'context_correction', 'stride_interaction')  # fit_law.BASE_TERMS: the terms lines need no D, N
-MARKERS = {'dense': 'o', 'mod': 's', 'xmod': '^', 'moe': 'D', 'xmod-plain': 'v', 'xmod-nobal': '<',
-           'xmod-plain-nobal': '>'}
+MARKERS = {'dense': 'o', 'mod': 's', 'mod-centred': 's', 'xmod': '^', 'moe': 'D', 'moe-cf1': 'D', 'xmod-plain': 'v',
+           'xmod-nobal': '<', 'xmod-plain-nobal': '>', 'xmod-random': 'x', 'xmod-active': 'P'}
 
 
 def color(variant):

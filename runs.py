@@ -107,6 +107,11 @@ def positive_number(meta, key, path):
     return float(v)
 
 
+# what a run written before a switch existed ran with, where the switch's default is not that: MoD's router BCE was
+# centred on the cut until MoD as published (raw) became its family default
+BEFORE_SWITCH = dict(router='learned', router_bce='centred', resid_init='layers')
+
+
 def model_of(meta, path):
     """The run's model as xmod.GPTConfig builds it from run.json's "model_config" (or "config" in older runs), given
     only GPTConfig's fields, so that a field added to or dropped from GPTConfig does not break old runs."""
@@ -120,6 +125,7 @@ def model_of(meta, path):
     if given['model'] not in xmod.MODELS:
         raise UserError(f'{path}: unknown model {given["model"]!r} (expected one of {", ".join(xmod.MODELS)})')
     fields = {f.name for f in dataclasses.fields(xmod.GPTConfig)}
+    given = {**BEFORE_SWITCH, **given}
     try:
         return xmod.GPTConfig(**{k: v for k, v in given.items() if k in fields})
     except (TypeError, ValueError) as e:
@@ -131,13 +137,23 @@ ROUTER_KNOBS = ('router_aux', 'router_momentum', 'router_zloss')   # a run with 
 
 
 def variant(mc):
-    """The family, with X-MoD's ablations told apart: 'xmod' is the full recipe; a router knob away from its default
+    """The family, with its ablations told apart: 'xmod' is the full recipe; a router knob away from its default
     is named with its value (e.g. 'xmod-mom0' for the per-step quantile threshold), and so is a depth-balance
-    coefficient other than X-MoD's ('xmod-nobal', 'xmod-bal0.5'), so the law never mixes them in."""
-    if mc.model != 'xmod':
-        return mc.model
+    coefficient other than X-MoD's ('xmod-nobal', 'xmod-bal0.5'), random routing ('xmod-random'), the other router
+    BCE ('xmod-raw', 'mod-centred'), the active-depth init ('xmod-active') and an MoE's capacity factor ('moe-cf1'),
+    so the law never mixes them in."""
+    family = xmod.GPTConfig(model=mc.model)
+    if mc.model == 'moe':
+        cf = mc.expert_capacity_factor
+        return 'moe' + ('' if cf == family.expert_capacity_factor else f'-cf{cf:g}')
+    if mc.model == 'dense':
+        return 'dense'
+    bce = '' if mc.router_bce == family.router_bce else f'-{mc.router_bce}'
+    extra = ('-random' if mc.router == 'random' else '') + bce + ('-active' if mc.resid_init == 'active' else '')
+    if mc.model == 'mod':
+        return 'mod' + extra
     balance = '' if mc.balance == XMOD_BALANCE else '-nobal' if mc.balance == 0 else f'-bal{mc.balance:g}'
-    name = 'xmod' + ('' if mc.gate == 'variance' else '-plain') + balance
+    name = 'xmod' + ('' if mc.gate == 'variance' else '-plain') + balance + extra
     for field, short in zip(ROUTER_KNOBS, ('bce', 'mom', 'z')):
         if getattr(mc, field) != getattr(xmod.GPTConfig, field):
             name += f'-{short}{getattr(mc, field):g}'
@@ -184,7 +200,7 @@ def load_run(d):
     # the config as --holdout, grouping and the duplicate check see it: gate, balance and the router knobs as the
     # model resolved them, so a run from before a knob existed groups with a later one that left it at its default
     cfg = dict(meta['config'], gate=mc.gate, balance=mc.balance,
-               **{k: getattr(mc, k) for k in ROUTER_KNOBS})
+               **{k: getattr(mc, k) for k in ROUTER_KNOBS + tuple(BEFORE_SWITCH)})
     if isinstance(meta['seed'], bool) or not isinstance(meta['seed'], int):
         raise UserError(f'{jpath}: seed must be an integer, got {meta["seed"]!r}')
     n_total, n_active, fpt = (positive_number(meta, k, jpath) for k in ('params_total', 'params_active',

@@ -74,6 +74,9 @@ stride = 4                  # xmod: a dense anchor every `stride` layers (1 = ev
 capacity = 0.125            # fraction of a sequence's tokens a routed layer takes (the target when FLOP matching)
 gate = ''                   # 'variance' (X-MoD) | 'plain' (MoD) | '' = the family's default
 balance = -1.0              # depth-balance loss coefficient; 0 = off; < 0 = the family's default (xmod 0.1, mod 0)
+router = 'learned'          # 'learned' | 'random': the control, a random k tokens per routed layer (gate: its gain)
+router_bce = ''             # logits of the router's BCE: 'centred' (r - cut) | 'raw' (r, MoD's paper) | '' = family's
+resid_init = 'layers'       # residual projections' init 0.02/sqrt(2L): L = n_layer | 'active' (the depth a token passes)
 router_aux = GPTConfig.router_aux                 # weight of the router's BCE (learns to predict its top-k choice)
 router_momentum = GPTConfig.router_momentum       # EMA momentum of the causal threshold (0 = each step's quantile)
 router_zloss = GPTConfig.router_zloss             # ablation: weight of a penalty on the routers' mean squared score
@@ -118,11 +121,12 @@ def model_config(cfg, vocab_size):
     config that routes every token is a dense model in disguise: refused when FLOP matching led there."""
     args = dict(block_size=cfg.block_size, vocab_size=vocab_size, n_head=cfg.n_head, n_embd=cfg.n_embd,
                 dropout=cfg.dropout, bias=cfg.bias, impl=cfg.impl, stride=cfg.stride, capacity=cfg.capacity,
-                router_aux=cfg.router_aux, router_momentum=cfg.router_momentum,
+                router=cfg.router, resid_init=cfg.resid_init, router_aux=cfg.router_aux, router_momentum=cfg.router_momentum,
                 router_zloss=cfg.router_zloss, n_expert=cfg.n_expert,
                 expert_top_k=cfg.expert_top_k, expert_hidden=cfg.expert_hidden or None,
                 expert_capacity_factor=cfg.expert_capacity_factor, moe_aux=cfg.moe_aux, moe_zloss=cfg.moe_zloss)
-    knobs = dict(gate=cfg.gate or None, balance=cfg.balance if cfg.balance >= 0 else None)   # None: family default
+    knobs = dict(gate=cfg.gate or None, balance=cfg.balance if cfg.balance >= 0 else None,   # None: family default
+                 router_bce=cfg.router_bce or None)
     try:
         if cfg.model in ('mod', 'xmod') and cfg.match_flops:
             dense = GPTConfig(model='dense', n_layer=cfg.dense_layers, **args)
@@ -231,11 +235,12 @@ def evaluate(run, model, raw_model, routing):
     raw_model.eval()                       # causal thresholds frozen, dropout off
     data = open_split(run.folder, 'val')
     B, T = run.cfg.batch_size, run.cfg.block_size
-    batches = [run.starts[i:i + B] for i in range(0, len(run.starts), B)]
-    mine = [(b, len(b)) for b in batches[run.rank::run.world_size]] or [(batches[0], 0)]
+    batches = [(i, run.starts[i:i + B]) for i in range(0, len(run.starts), B)]
+    mine = [(i, b, len(b)) for i, b in batches[run.rank::run.world_size]] or [(*batches[0], 0)]
     keys, total = None, None
-    for b, weight in mine:
+    for i, b, weight in mine:
         x, y = read_windows(data, b, T, run.dev)
+        raw_model.set_draw(row0=i)           # random routing: each window's draw is fixed by its place in the set
         with run.ctx:
             _, _, aux = model(x, y, routing=routing, return_aux=True)
         values = {**aux['losses'], **xmod.routing_stats(raw_model, aux['layers'], routing)}
@@ -410,8 +415,10 @@ def build_model(run):
         from torch.nn.parallel import DistributedDataParallel as DDP
         # MoD's plain gate leaves Router.gain out of the graph: DDP must be told some parameters get no gradient
         unused = run.mcfg.gate == 'plain' and 'routed' in xmod.layer_kinds(run.mcfg)
+        # broadcast_buffers=False: every rank computes the same causal thresholds (calibrate gathers all ranks'
+        # scores) and RoPE tables, and random routing's draw is each rank's own (set_draw)
         ddp_model = DDP(model, device_ids=[run.local_rank] if run.device_type == 'cuda' else None,
-                        find_unused_parameters=unused)
+                        find_unused_parameters=unused, broadcast_buffers=False)
     return raw_model, model, ddp_model, optimizer, scaler
 
 
@@ -422,7 +429,7 @@ def start_run(run, raw_model, iter_num):
     params_total, params_active = raw_model.num_params(), raw_model.num_active_params()
     layout = xmod.layout_string(mcfg)
     resolved = dict(vars(cfg), n_layer=mcfg.n_layer, capacity=mcfg.capacity, gate=mcfg.gate,
-                    balance=mcfg.balance, expert_hidden=mcfg.expert_hidden)
+                    balance=mcfg.balance, router_bce=mcfg.router_bce, expert_hidden=mcfg.expert_hidden)
     info = {'config': resolved, 'model_config': asdict(mcfg), 'layout': layout, 'params_total': params_total,
             'params_active': params_active, 'flops_per_token': run.fpt, 'tokens_per_iter': run.tokens_per_iter,
             'n_iters': run.n_iters, 'world_size': run.world_size, 'seed': cfg.seed,
@@ -476,7 +483,12 @@ def start_run(run, raw_model, iter_num):
 
 
 def diverged(run, what, value, iter_num, last_eval, advice=''):
-    """The error that stops a run whose loss became NaN or inf (exit code 3); its last good checkpoint stays."""
+    """The error that stops a run whose loss became NaN or inf (exit code 3); its last good checkpoint stays, and
+    run.json records the step ("diverged"), so a sweep can tell a diverged rate from an unfinished run."""
+    info = getattr(run, 'info', None)
+    if run.master and info is not None:
+        info['diverged'] = {'step': iter_num, 'what': what}
+        run_folder.write_json(run.run_path, info)
     return LossDiverged(f"the {what} is {value} at step {iter_num}: stopping. The last good checkpoint "
                         f"({run.ckpt_path}, step {last_eval['step'] if last_eval else 'none'}) is kept{advice}")
 
@@ -535,7 +547,7 @@ def train_run(argv, lock):
     since_eval = torch.full((), ckpt.get('train_loss_sum', 0.0), device=run.dev)
     since_eval_steps = ckpt.get('train_loss_steps', 0)
     run.checkpoint = ckpt = None                   # free the memory
-    info = start_run(run, raw_model, iter_num)
+    info = run.info = start_run(run, raw_model, iter_num)
     gas_local = cfg.gradient_accumulation_steps // run.world_size
     bar = tqdm(total=run.n_iters, initial=iter_num, disable=True if not run.master else None, dynamic_ncols=True,
                unit='it', leave=False)
@@ -591,6 +603,7 @@ def train_run(argv, lock):
         for micro in range(gas_local):
             first = (run.rank * gas_local + micro) * cfg.batch_size       # this rank's slice of the global batch
             x, y = read_windows(data, rows[first:first + cfg.batch_size], T, run.dev)
+            raw_model.set_draw(cfg.seed, iter_num, row0=first)    # random routing's draw for these rows
             # DDP: all-reduce gradients only on the last micro-batch
             sync = ddp_model.no_sync() if run.ddp and micro < gas_local - 1 else nullcontext()
             with sync:

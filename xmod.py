@@ -23,6 +23,7 @@ C channels (n_embd), k tokens routed per sequence, E experts, H expert hidden si
 import functools
 import math
 import warnings
+import zlib
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -33,6 +34,9 @@ import torch.nn.functional as F
 MODELS = ('dense', 'mod', 'xmod', 'moe')
 IMPLS = ('fast', 'naive')
 GATES = ('variance', 'plain')
+ROUTERS = ('learned', 'random')   # 'random': the control (a random k tokens; MoD's paper compares against it)
+ROUTER_BCES = ('centred', 'raw')  # the logits of the router's BCE: r - cut (ours) or r (MoD's paper)
+RESID_INITS = ('layers', 'active')
 ROUTINGS = ('topk', 'causal')
 WINDOWS = ('refill', 'exact')    # generation past block_size (GPT.generate)
 
@@ -50,6 +54,8 @@ class GPTConfig:
     n_embd: int = 128
     dropout: float = 0.0
     bias: bool = False
+    resid_init: str = 'layers'      # residual projections' init std 0.02/sqrt(2L): L = n_layer | the depth a token
+                                    # passes, 'active' (init_depth)
     model: str = 'dense'            # 'dense' | 'mod' | 'xmod' | 'moe'
     impl: str = 'fast'              # 'fast' (static shapes, compiles) | 'naive' (the idea, plainly)
     # sparse depth (mod, xmod)
@@ -57,6 +63,8 @@ class GPTConfig:
     capacity: float = 0.125         # fraction c of each sequence's tokens that a routed layer processes
     gate: Optional[str] = None      # 'variance' (X-MoD) | 'plain' (MoD's raw router weight); None = family default
     balance: Optional[float] = None  # depth-balance loss coefficient; None = family default (xmod 0.1, mod 0)
+    router: str = 'learned'         # 'learned' | 'random' (control: random tokens, the gate is the gain alone)
+    router_bce: Optional[str] = None  # 'centred' | 'raw' logits of the router's BCE; None = family default (mod raw)
     router_aux: float = 0.1         # BCE loss teaching the router to predict its own top-k choice (causal routing)
     router_momentum: float = 0.9    # EMA momentum of the calibrated causal threshold (0 = each step's own quantile)
     router_zloss: float = 0.0       # ablation: penalty on the routers' mean squared score (keeps scores unsaturated)
@@ -95,6 +103,11 @@ class GPTConfig:
             bad('gate', ' | '.join(GATES))
         if self.balance is None:
             self.balance = 0.1 if self.model == 'xmod' else 0.0
+        if self.router_bce is None:
+            self.router_bce = 'raw' if self.model == 'mod' else 'centred'   # MoD as published; X-MoD our reading
+        for name, allowed in (('router', ROUTERS), ('router_bce', ROUTER_BCES), ('resid_init', RESID_INITS)):
+            if getattr(self, name) not in allowed:
+                bad(name, ' | '.join(allowed))
         for name in ('balance', 'router_aux', 'router_zloss', 'moe_aux', 'moe_zloss'):
             if getattr(self, name) < 0:
                 bad(name, 'a coefficient >= 0')
@@ -121,6 +134,17 @@ class GPTConfig:
         if self.model in ('mod', 'xmod'):
             return l % self.anchor_stride() == 0
         return True                        # dense; moe (its attention is dense, its MLP is a mixture)
+
+
+    def init_depth(self):
+        """L in the residual projections' init std 0.02/sqrt(2L) (GPT.__init__). 'layers': n_layer, GPT-2's rule.
+        'active': the depth a token actually passes, anchors + c * routed layers (X-MoD stride 4 at c = 0.125:
+        3 + 9/8 = 4.1, where n_layer = 12 would make its projections sqrt(3) smaller than its 4-layer dense partner's)."""
+        kinds = layer_kinds(self)
+        if self.resid_init == 'layers' or 'routed' not in kinds:
+            return self.n_layer
+        routed = kinds.count('routed')
+        return len(kinds) - routed + routed * capacity_k(self.capacity, self.block_size) / self.block_size
 
 
 def layer_kinds(config):
@@ -315,15 +339,41 @@ def in_float32(forward):
     return wrapped
 
 
+M32 = 0xFFFFFFFF
+EVAL_DRAW = 0x5EED      # the draw every evaluation and generation uses: a random-routing val loss is reproducible
+
+
+def mix32(h):
+    """A 32-bit integer hash (xor-shift and multiply rounds) of int64 values in [0, 2^32); multipliers below 2^31
+    keep every product inside int64, so it gives the same bits on any device, eager or compiled."""
+    h = h ^ (h >> 16)
+    h = (h * 0x7FEB352D) & M32
+    h = h ^ (h >> 15)
+    h = (h * 0x2C1B3C6D) & M32
+    return h ^ (h >> 16)
+
+
+def random_scores(draw, row0, layer, B, pos):
+    """The random-routing control's scores: uniform in [0, 1), a pure function of (draw, layer, the sequence's row
+    row0 + b in the global batch, position), so a full forward, a prefill and a decoding step give one token the
+    same score, a run and its resume draw alike, and micro-batches or DDP ranks draw what one big batch would.
+    pos (T,) or (B, T) -> scores (B, T). The top k of each sequence are then a uniformly random k of its tokens,
+    and score > 1 - c takes each token with probability c (Router.threshold)."""
+    rows = row0 + torch.arange(B, device=pos.device).unsqueeze(1)      # (B, 1)
+    h = mix32(mix32(mix32(draw & M32) ^ layer) ^ rows)                 # (B, 1)
+    return (mix32(h ^ pos) >> 8).float() * 2.0 ** -24                  # (B, T); 24 bits: exact in float32
+
+
 class Router(nn.Module):
     """Scores each token for one routed layer, turns a score into the gate on the layer's update, and keeps the
-    calibrated threshold that causal routing uses."""
+    calibrated threshold that causal routing uses. router='random' is the control: random scores, no learning."""
 
-    def __init__(self, config):
+    def __init__(self, config, layer_idx=0):
         super().__init__()
         self.variance = config.gate == 'variance'
+        self.random, self.layer_idx, self.capacity = config.router == 'random', layer_idx, config.capacity
         self.momentum = config.router_momentum
-        self.weight = nn.Parameter(torch.empty(1, config.n_embd))
+        self.weight = nn.Parameter(torch.empty(1, config.n_embd), requires_grad=not self.random)
         # X-MoD's variance-scaled layer-wise gate (our reading): a learnable scalar g_l per routed layer,
         # initialised to 1/sqrt(routed layers per anchor span) so that a longer span of routed layers does not
         # inflate the residual stream's variance. Unused by the plain gate (kept so state_dicts always match).
@@ -332,13 +382,21 @@ class Router(nn.Module):
         # running (debiased) EMA of the batch's top-k cut-off: the causal threshold, frozen at eval
         self.register_buffer('thr_sum', torch.zeros(()))
         self.register_buffer('thr_steps', torch.zeros(()))
+        # random routing's draw for training forwards and the batch's first row, set by GPT.set_draw (train.py)
+        self.register_buffer('draw', torch.zeros(2, dtype=torch.long), persistent=False)
 
     @in_float32
-    def forward(self, x, weight=None):
-        """x (B, T, C) -> scores (B, T), in float32 (in_float32). The variance gate normalises each token's input
-        (RMSNorm) and the weight (unit norm), so scores have the same scale at every depth and use no statistics
-        across positions (a per-batch or per-sequence normalisation would leak the future into causal routing).
-        weight: unit_weight() when the caller has it already (generation reads it once, new_caches)."""
+    def forward(self, x, pos=None, weight=None):
+        """x (B, T, C) at positions pos (T,) or (B, T), default 0..T-1 -> scores (B, T), in float32 (in_float32).
+        Only random routing reads pos: a learned score looks at the token alone. The variance gate
+        normalises each token's input (RMSNorm) and the weight (unit norm), so scores have the same scale at every
+        depth and use no statistics across positions (a per-batch or per-sequence normalisation would leak the
+        future into causal routing). weight: unit_weight() when the caller has it already (generation reads it once,
+        new_caches)."""
+        if self.random:
+            pos = torch.arange(x.size(1), device=x.device) if pos is None else pos
+            draw, row0 = self.draw if self.training else (EVAL_DRAW, self.draw[1])   # evaluation: one fixed draw
+            return random_scores(draw, row0, self.layer_idx, x.size(0), pos)
         weight = self.unit_weight() if weight is None else weight
         if self.variance:
             return F.linear(F.rms_norm(x, (x.size(-1),)), weight).squeeze(-1)
@@ -350,11 +408,15 @@ class Router(nn.Module):
 
     def gate(self, r):
         """Multiplier on a selected token's update, with the router on the gradient path."""
+        if self.random:
+            return self.gain.expand_as(r)           # the control: the layer's learnable gain alone
         if self.variance:
             return self.gain * torch.sigmoid(r)     # X-MoD: g_l * sigmoid(normalised score)
         return r                                    # MoD: the raw router weight (Raposo et al., 2024)
 
     def threshold(self):
+        if self.random:                             # each token passes with probability c (random_scores)
+            return torch.full_like(self.thr_sum, 1.0 - self.capacity)
         return self.thr_sum / (1.0 - self.momentum ** self.thr_steps).clamp_min(1e-12)
 
     @torch.no_grad()
@@ -382,19 +444,20 @@ class RoutedBlock(nn.Module):
         super().__init__()
         self.layer_idx, self.capacity, self.impl = layer_idx, config.capacity, config.impl
         self.block = Block(config)
-        self.router = Router(config)
+        self.router = Router(config, layer_idx)
 
     def forward(self, x, pos, routing='topk'):
         """x (B, T, C) -> x, aux. aux: this layer's scores and selection; in top-k mode also the router's BCE and
         its soft choice of each token, for depth balancing."""
         B, T, C = x.size()
-        r = self.router(x)                                                  # (B, T)
+        r = self.router(x, pos)                                             # (B, T)
         w = self.router.gate(r)                                             # (B, T)
         if routing == 'topk':
             idx, mask, cut = route_topk(r, capacity_k(self.capacity, T))
-            # The router learns to predict its own top-k choice from the token alone (for causal routing): the
-            # scores centred on this sequence's own cut are the logits of its BCE, and this sequence's own mask
-            # its targets (GPT.aux_losses, all routed layers in one call); sigmoid(centred) its soft choice.
+            # The router learns to predict its own top-k choice from the token alone (for causal routing): this
+            # sequence's own mask is the target of its BCE, whose logits are the scores centred on this sequence's
+            # own cut, or the raw scores (router_bce; GPT.aux_losses, all routed layers in one call);
+            # sigmoid(centred) is its soft choice, for depth balancing.
             aux = {'centred': r - cut.unsqueeze(1), 'cut': cut}            # (B, T); > 0 exactly where selected
         else:
             idx, mask = None, r > self.router.threshold()                   # causal: token i's own score only
@@ -412,7 +475,7 @@ class RoutedBlock(nn.Module):
         """Generation, one new token per sequence: x (B, 1, C) at positions pos (B,). The router scores it; where the
         score does not pass the calibrated threshold the layer does nothing more for it (no attention, no MLP,
         nothing cached). The others attend over the tokens this layer took before in their own sequence."""
-        r = self.router(x, cache.router_weight)                             # (B, 1); the weight read once
+        r = self.router(x, pos.unsqueeze(1), cache.router_weight)           # (B, 1); the weight read once
         take = r[:, 0] > cache.threshold                                    # (B,) the calibrated threshold
         if x.size(0) == 1:                  # batch 1: a Python branch, no index ops (most tokens are skipped here)
             if not take.item():
@@ -427,7 +490,7 @@ class RoutedBlock(nn.Module):
     def prefill(self, x, pos, cache):
         """Generation's prompt in one causal pass (pos: 0..T-1): the tokens whose scores pass the threshold go
         through the block, as in forward_fast_causal, and only they fill the cache."""
-        r = self.router(x, cache.router_weight)                             # (B, T)
+        r = self.router(x, pos, cache.router_weight)                        # (B, T)
         return self.forward_fast_causal(x, r > cache.threshold, self.router.gate(r), cache)
 
     def forward_naive(self, x, mask, w):
@@ -610,7 +673,7 @@ class GPT(nn.Module):
         self.calibration_checked = False    # warn_if_uncalibrated looks once
         for name, p in self.named_parameters():
             if name.endswith('c_proj.weight') or name.endswith('w_proj'):   # GPT-2's scaled residual projections
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.init_depth()))
             elif name.endswith('w_fc'):
                 nn.init.normal_(p, mean=0.0, std=0.02)
 
@@ -666,15 +729,19 @@ class GPT(nn.Module):
         """The auxiliary losses, unweighted, from what the layers returned (`layers`: one aux dict per layer).
         Routed layers give theirs in top-k mode only: in causal mode there is no top-k choice to learn from."""
         kinds = layer_kinds(self.config)
-        routed = [a for kind, a in zip(kinds, layers) if kind == 'routed' and routing == 'topk']
+        learned = routing == 'topk' and self.config.router == 'learned'   # random routing has nothing to learn
+        routed = [a for kind, a in zip(kinds, layers) if kind == 'routed' and learned]
         moe = [a for kind, a in zip(kinds, layers) if kind == 'moe']
         losses = {}
         if routed:
             # every routed layer at once (R, B, T): one BCE (the mean of the layers' equal-sized means) and one
             # sigmoid, the soft choice that depth balancing sums over layers
             centred = torch.stack([a['centred'] for a in routed])
+            # the BCE's logits: centred on each sequence's cut (X-MoD, our reading: the scores' level is free), or
+            # the raw scores (MoD's paper, Raposo et al. 2024: holds the level near 0, and so the plain gate r)
+            logits = centred if self.config.router_bce == 'centred' else torch.stack([a['scores'] for a in routed])
             losses['router_bce'] = F.binary_cross_entropy_with_logits(
-                centred, torch.stack([a['mask'] for a in routed]).float())
+                logits, torch.stack([a['mask'] for a in routed]).float())
             target = len(routed) * capacity_k(self.config.capacity, T) / T    # c * R, with c as realised at T
             losses['depth_balance'] = depth_balance_loss(torch.sigmoid(centred), target)
             if self.config.router_zloss > 0:    # an ablation, off by default: logged only when it is on
@@ -700,6 +767,20 @@ class GPT(nn.Module):
                 torch.distributed.all_gather(parts, r)
                 r = torch.cat(parts)                                                    # (global rows, T)
             self.transformer.h[l].router.update_threshold(r, capacity_k(self.config.capacity, r.size(1)))
+
+    @torch.no_grad()
+    def set_draw(self, *key, row0=0):
+        """Random routing (router='random'): the draw of the next training forwards, from a key of ints (train.py:
+        seed and step) and the index of the batch's first row in the step's global batch (row0), so each row's draw
+        is a pure function of them: a resumed run draws what it would have, and micro-batches and DDP ranks what one
+        big batch would. In eval mode (evaluation, generation) the draw is always EVAL_DRAW and only row0 counts
+        (train.py's evaluation: the index of the batch's first window in the validation set, so a val loss does not
+        depend on the batch size). A learned router has nothing to set."""
+        if self.config.router == 'random':
+            draw = zlib.crc32(','.join(map(str, key)).encode())
+            for kind, layer in zip(layer_kinds(self.config), self.transformer.h):
+                if kind == 'routed':
+                    layer.router.draw.copy_(torch.tensor([draw, row0]))
 
     def warn_if_uncalibrated(self):
         """Causal routing compares scores with the thresholds that calibrate sets once per training step. Never
@@ -804,8 +885,9 @@ def routing_stats(model, layers, routing):
                 thr = layer.router.threshold()
                 std = r.std(dim=1, unbiased=False).clamp_min(1e-12)    # (B,)
                 stats[f'router_acc_{l}'] = ((r > thr) == mask).float().mean()   # does the threshold pick top-k's?
-                stats[f'gate_{l}'] = (layer.router.gain if model.config.gate == 'variance' else
-                                      (layer.router.gate(r) * mask).sum() / mask.sum().clamp_min(1))
+                gate_mean = (layer.router.gate(r) * mask).sum() / mask.sum().clamp_min(1)   # on the tokens taken
+                stats[f'gate_{l}'] = layer.router.gain if model.config.gate == 'variance' else gate_mean
+                stats[f'gate_mean_{l}'] = gate_mean
                 if prev is not None:                                   # overlap with the previous routed layer
                     both, either = (mask & prev).sum(1).float(), (mask | prev).sum(1).float()
                     stats[f'jaccard_{l}'] = (both / either.clamp_min(1)).mean()

@@ -9,7 +9,8 @@ so the reference pair (4 dense layers against X-MoD stride 4, c ~0.125, T=128, 2
 2. Edges: where an arm's best rate at a width is the grid's highest (lowest) finished rate, the next rate up
    (down) by 2x is added, until the best is inside the grid.
 3. Seeds at each arm's own best rate: seeds 1-2 at widths 64 and 192, seeds 1-4 at the reference width 128, so that
-   Delta at tuned rates has 3 and 5 seeds per arm.
+   Delta at tuned rates has 3 and 5 seeds per arm. A rate within 0.005 of the best in seed 0 gets the same seeds,
+   and the seed mean decides (seed_rates; at width 128 X-MoD's 8e-3 was 0.0004 behind its 4e-3).
 
 Steps 2 and 3 read the finished runs of results/cpu_lr/runs each time sweep.py reads this file (before each start),
 so the runs they add join the same call; `python sweep.py sweeps/cpu_lr.py --dry_run` shows the state. Every run is
@@ -54,12 +55,14 @@ def arm(kind, width, lr, seed=0):
 
 def final_val(runs_dir, name):
     """The finished run's final val_loss_causal (the study's metric: causal routing; a dense run's two losses are
-    equal), or None."""
+    equal); inf for a run that diverged (train.py records it in run.json: that rate is too high); else None."""
     try:
         with open(os.path.join(runs_dir, name, 'run.json')) as f:
             info = json.load(f)
     except (OSError, ValueError):
         return None
+    if info.get('diverged'):
+        return float('inf')
     return info['final']['val_loss_causal'] if info.get('finished') else None
 
 
@@ -81,6 +84,16 @@ def tune(loss_at, grid):
             return lrs, lrs[best]
 
 
+def seed_rates(loss_at, grid, within=0.005):
+    """The rates that get seeds once the grid is finished: the best seed-0 rate and every rate within `within` of
+    it in seed 0, whose seeds then decide between them by their mean (lr_sweep.best_rate); [] before. A single seed
+    cannot tell rates 0.005 apart (seed-to-seed SD ~0.007 here), so choosing by it alone inflates the winner."""
+    lrs, best = tune(loss_at, grid)
+    if best is None:
+        return []
+    return [lr for lr in lrs if loss_at(lr) - loss_at(best) <= within]
+
+
 def rates(kind, width):
     return tune(lambda lr: final_val(RUNS, arm(kind, width, lr)['name']), GRID)
 
@@ -92,6 +105,5 @@ for width in WIDTHS:
         runs += [arm(kind, width, lr) for lr in lrs]
 for width in WIDTHS:
     for kind in ('dense', 'xmod'):
-        _, best = rates(kind, width)
-        if best is not None:
-            runs += [arm(kind, width, best, seed=s) for s in SEEDS[width]]
+        for lr in seed_rates(lambda lr: final_val(RUNS, arm(kind, width, lr)['name']), GRID):
+            runs += [arm(kind, width, lr, seed=s) for s in SEEDS[width]]

@@ -8,7 +8,8 @@ by 0.025 to 0.052; at the reference point (T=128, 2M tokens) tuning turned a lea
 1. Each arm on the rates 2e-3, 4e-3, 8e-3 (seed 0, min_lr = lr / 10, cosine as before), extended by 2x past an edge
    that holds its best finished rate, as sweeps/cpu_lr.py does. So the best rate is found at 0.5M tokens and at
    T=256 themselves, rather than assumed to be the 2M, T=128 one.
-2. Seeds 1 and 2 at each arm's best rate: Delta with 3 seeds per arm, paired by seed.
+2. Seeds 1 and 2 at each arm's best rate, and at a rate within 0.005 of it in seed 0 (cpu_lr.seed_rates; stride 4's
+   4e-3 was 0.0026 behind its 8e-3): Delta with 3 seeds per arm, paired by seed, the rate chosen by the seed mean.
 3. The reference X-MoD (T=128, 2M tokens, 4e-3) with depth balancing at 0.5 instead of 0.1, seeds 0-2, paired
    with results/cpu_lr's dense runs of those seeds. In 10 of the 12 trained X-MoD models of results/cpu_lr/overlap
    some pair of routed layers takes nearly the same tokens (causal Jaccard 0.6-1.0, where independent choices give
@@ -62,8 +63,7 @@ def rates(key):
 
 runs = [arm(key, lr) for key in ARMS for lr in rates(key)[0]]
 for key in ARMS:
-    best = rates(key)[1]
-    if best is not None:
-        runs += [arm(key, best, seed=s) for s in SEEDS]
+    for lr in lr_sweep['seed_rates'](lambda lr: lr_sweep['final_val'](RUNS, arm(key, lr)['name']), GRID):
+        runs += [arm(key, lr, seed=s) for s in SEEDS]
 BALANCE = {'xmod_s4_balance0.5': lambda **kw: xmod(4, 12, 4, balance=0.5, tag='_balance0.5', **kw)}
 runs += [arm('xmod_s4_balance0.5', 4e-3, seed=s, arms=BALANCE) for s in (0, 1, 2)]

@@ -739,11 +739,29 @@ def test_model_is_read_through_xmod(tmp_path):
     meta['model_config'] = dict(meta['config'], gate='plain', balance=0.0, a_future_field=1)
     json.dump(meta, open(path, 'w'))
     runs = {r['name']: r for r in load_runs([str(tmp_path)])}
-    assert runs['mod']['stride'] == 2 and runs['mod']['variant'] == 'mod' and runs['mod']['config']['gate'] == 'plain'
+    # a run.json from before router_bce existed trained MoD's router on centred logits: not MoD as published
+    assert runs['mod']['stride'] == 2 and runs['mod']['variant'] == 'mod-centred'
+    assert runs['mod']['config']['gate'] == 'plain' and runs['mod']['config']['router_bce'] == 'centred'
     assert runs['x']['stride'] == 4 and runs['x']['variant'] == 'xmod-plain-nobal'
     assert runs['x']['config']['gate'] == 'plain'  # what --holdout sees
     make_run(tmp_path, 'b', model='xmod', n_layer=12, stride=4, capacity=0.125, balance=0.5)
     assert {r['name']: r['variant'] for r in load_runs([str(tmp_path)])}['b'] == 'xmod-bal0.5'   # not X-MoD itself
+
+
+def test_the_panel_switches_name_their_variants(tmp_path):
+    """MoD as published is 'mod'; random routing, the other router BCE, the active-depth init and the MoE's capacity
+    factor are each their own variant, so no law or table mixes them with the family's default recipe."""
+    x = dict(model='xmod', n_layer=12, stride=4, capacity=0.125)
+    make_run(tmp_path, 'mod', model='mod', n_layer=6, stride=2, capacity=0.25, gate=None, router_bce='raw')
+    make_run(tmp_path, 'random', router='random', router_bce='centred', **x)
+    make_run(tmp_path, 'raw', router_bce='raw', **x)
+    make_run(tmp_path, 'active', resid_init='active', router_bce='centred', **x)
+    make_run(tmp_path, 'full', router='learned', router_bce='centred', resid_init='layers', **x)
+    make_run(tmp_path, 'moe1', model='moe', expert_capacity_factor=1.0)
+    make_run(tmp_path, 'moe', model='moe', expert_capacity_factor=1.25, seed=1)
+    variants = {r['name']: r['variant'] for r in load_runs([str(tmp_path)])}
+    assert variants == {'mod': 'mod', 'random': 'xmod-random', 'raw': 'xmod-raw', 'active': 'xmod-active',
+                        'full': 'xmod', 'moe1': 'moe-cf1', 'moe': 'moe'}
 
 
 def test_router_knob_ablations_are_named_and_kept_out_of_the_law(tmp_path):
@@ -838,6 +856,35 @@ def test_lr_sweep_tables_the_best_rates_and_both_deltas(tmp_path, capsys):
     assert d['shared']['0.002']['mean'] == pytest.approx(2.99 - 3.00) and d['shared']['0.002']['n'] == 1
     assert (tmp_path / 'out' / 'lr_vs_loss.png').stat().st_size > 0
     assert '(grid edge)' in (tmp_path / 'out' / 'lr.md').read_text()
+
+
+def test_close_rates_are_decided_by_their_seed_mean_and_arms_are_compared_with_xmod(tmp_path):
+    """Two rates within 0.005 in seed 0: the seed-0 winner until both have seeds, then the lower seed mean. Every
+    variant is also paired by seed with X-MoD (stride 4) at X-MoD's own best rate."""
+    import lr_sweep
+    xmod = dict(model='xmod', n_layer=12, stride=4, capacity=0.125, params_total=3e6, params_active=1e6,
+                flops_per_token=1.01 * (2.0 * 12 * 4 * N_EMBD ** 2 + 4 * 128 * N_EMBD * 4))
+    plain = dict(xmod, gate='plain')
+    for lr, L in ((2e-3, 3.10), (4e-3, 3.000), (8e-3, 3.003)):
+        make_run(tmp_path, f'dense_lr{lr:g}', loss=L + 0.05, learning_rate=lr)
+        make_run(tmp_path, f'xmod_lr{lr:g}', loss=L, learning_rate=lr, **xmod)
+        make_run(tmp_path, f'plain_lr{lr:g}', loss=L + 0.02, learning_rate=lr, **plain)
+
+    def best():
+        return {a['variant']: a['best_lr'] for a in lr_sweep.analyse(load_runs([str(tmp_path)]),
+                                                                       'val_loss_causal')['arms']}
+    assert best() == {'dense': 4e-3, 'xmod': 4e-3, 'xmod-plain': 4e-3}
+    for s, (l4, l8) in enumerate([(3.02, 2.99), (3.01, 2.98)], start=1):    # 8e-3 is better on the seeds' mean
+        make_run(tmp_path, f'xmod_lr0.004_s{s}', loss=l4, learning_rate=4e-3, seed=s, **xmod)
+        make_run(tmp_path, f'xmod_lr0.008_s{s}', loss=l8, learning_rate=8e-3, seed=s, **xmod)
+        make_run(tmp_path, f'plain_lr0.004_s{s}', loss=l4 + 0.03, learning_rate=4e-3, seed=s, **plain)
+        make_run(tmp_path, f'dense_lr0.004_s{s}', loss=3.05, learning_rate=4e-3, seed=s)
+    assert best() == {'dense': 4e-3, 'xmod': 8e-3, 'xmod-plain': 4e-3}   # plain has no seeds at 8e-3: seed 0 rules
+    result = lr_sweep.analyse(load_runs([str(tmp_path)]), 'val_loss_causal')
+    d = next(d for d in result['deltas'] if d['variant'] == 'xmod-plain')
+    vs = [3.02 - 3.003, 3.05 - 2.99, 3.04 - 2.98]                        # plain at 4e-3 - X-MoD at 8e-3, by seed
+    assert d['lr_xmod'] == 8e-3 and d['vs_xmod']['n'] == 3 and d['vs_xmod']['mean'] == pytest.approx(np.mean(vs))
+    assert next(d for d in result['deltas'] if d['variant'] == 'xmod')['vs_xmod'] is None
 
 
 def test_tuned_fit_pairs_each_arm_at_its_own_best_rate(tmp_path, capsys):

@@ -153,6 +153,24 @@ def test_end_to_end(runs, model):
     assert {'python', 'numpy', 'torch', 'cuda'} <= set(ckpt['rng'][0]) and ckpt['data']['step'] == 10
 
 
+def test_log_records_the_mean_gate_and_lr_sweep_reads_it(runs):
+    """Every routed layer logs the mean gate on the tokens it took (gate_mean_l): for MoD's plain gate it is gate_l,
+    for X-MoD's variance gate its gain times the mean sigmoid, below the gain. lr_sweep.routing reads the extremes."""
+    import lr_sweep
+    for model in ('mod', 'xmod'):
+        rows = read_log(runs[model])
+        layers = [k[len('gate_mean_'):] for k in rows[0] if k.startswith('gate_mean_')]
+        assert layers and all(rows[-1][f'router_acc_{l}'] for l in layers)
+        for l in layers:
+            gate, mean = float(rows[-1][f'gate_{l}']), float(rows[-1][f'gate_mean_{l}'])
+            assert mean == gate if model == 'mod' else 0 < mean < gate
+        got = lr_sweep.routing([runs[model]])
+        finals = [float(rows[-1][f'gate_mean_{l}']) for l in layers]
+        assert got['gate_final_min'] == pytest.approx(min(finals)) and got['gate_final_max'] == pytest.approx(max(finals))
+        assert got['gate_ever_min'] <= got['gate_final_min'] and 0.5 < got['agreement'] <= 1
+    assert lr_sweep.routing([runs['dense']]) is None
+
+
 def test_same_seed_same_batches():
     """The batch of a step is a pure function of (seed, step): every family and a resumed run see the same data."""
     a = train.batch_starts(7, 3, 16, 10_000, 32)
@@ -187,10 +205,13 @@ def test_config_file_and_overrides(tmp_path):
 # -----------------------------------------------------------------------------------------------------------------
 # resume, atomic save, NaN
 
-def test_resume_is_exact(corpus, tmp_path):
+@pytest.mark.parametrize('router', ['learned', 'random'])
+def test_resume_is_exact(corpus, tmp_path, router):
     """A run stopped after step 12 (its checkpoint is at step 10) and resumed reaches exactly the losses of an
-    uninterrupted run: dropout and gradient accumulation on, so RNG state and data position both matter."""
-    args = [f'--data_dir={corpus}', '--max_iters=20', '--dropout=0.1', '--gradient_accumulation_steps=2'] + TINY[:4]
+    uninterrupted run: dropout and gradient accumulation on, so RNG state and data position both matter; random
+    routing draws from (seed, step, row), so a resume draws what the uninterrupted run drew."""
+    args = [f'--data_dir={corpus}', '--max_iters=20', '--dropout=0.1', '--gradient_accumulation_steps=2',
+            f'--router={router}'] + TINY[:4]
     args += ['--eval_interval=5', '--eval_tokens=512', '--warmup_iters=2', '--log_interval=3']
     a, b = str(tmp_path / 'a'), str(tmp_path / 'b')
     assert run(TRAIN, *args, f'--out_dir={a}').returncode == 0
@@ -261,6 +282,7 @@ def test_nan_stops_and_keeps_last_good_checkpoint(corpus, tmp_path, monkeypatch,
     assert rc == 3 and 'NaN' in err.replace('nan', 'NaN') and 'checkpoint' in err, err
     assert run_folder.load_checkpoint(os.path.join(out, 'ckpt.pt'))['step'] == 2
     assert [r['step'] for r in read_log(out)] == ['0', '2'] and read_json(out)['finished'] is False
+    assert read_json(out)['diverged'] == {'step': 4, 'what': 'training loss'}   # a sweep tells it from a kill
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -350,13 +372,16 @@ def test_one_trainer_per_run_folder(corpus, tmp_path):
     assert read_json(out)['finished'] is True
 
 
-def test_accumulation_equals_one_big_batch(corpus, tmp_path):
+@pytest.mark.parametrize('router', ['learned', 'random'])
+def test_accumulation_equals_one_big_batch(corpus, tmp_path, router):
     """4 micro-batches of 4 rows are one step on 16 rows: the same losses (1e-5), the causal one included, at every
     one of the first 4 steps. Not 10: top-k routing is discontinuous, and the two runs sum their gradients in a
     different order, so after a few steps a rounding difference can swap one near-tied token in or out of a routed
     layer (seen at step 6 with the default seed: a 2e-4 jump after 2e-7 before). Micro-batches weighted unequally
-    (5% more on the first) fail at step 1."""
-    base = [f'--data_dir={corpus}'] + TINY[:3] + TINY[4:] + ['--max_iters=4', '--eval_interval=1', '--log_interval=1']
+    (5% more on the first) fail at step 1. Random routing draws each row's tokens by its place in the global batch,
+    so micro-batches draw what the big batch draws."""
+    base = [f'--data_dir={corpus}'] + TINY[:3] + TINY[4:] + ['--max_iters=4', '--eval_interval=1', '--log_interval=1',
+                                                           f'--router={router}']
     one, four = str(tmp_path / 'b16'), str(tmp_path / 'b4x4')
     r = run(TRAIN, *base, '--batch_size=16', f'--out_dir={one}')
     assert r.returncode == 0, r.stderr

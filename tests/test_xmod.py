@@ -473,6 +473,9 @@ def test_moe_balance_loss_is_one_when_uniform_and_drops_are_counted(impl):
     (dict(model='moed'), 'model'),
     (dict(impl='slow'), 'impl'),
     (dict(gate='sigmoid'), 'gate'),
+    (dict(router='hash'), 'router'),
+    (dict(router_bce='sigmoid'), 'router_bce'),
+    (dict(resid_init='depth'), 'resid_init'),
     (dict(capacity=0.01, block_size=32), 'capacity'),    # int(0.01*32 + 0.5) = 0: no token would be routed
 ])
 def test_bad_configs_raise(kw, field):
@@ -592,3 +595,125 @@ def test_causal_routing_warns_once_when_the_thresholds_were_never_calibrated():
         m(x, routing='causal')
         m.generate(x[:, :4], 2)
     assert caught == []
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the switches of the baseline panel: the router BCE's logits, random routing, the residual init's depth
+
+@pytest.mark.parametrize('model, bce', [('mod', 'raw'), ('xmod', 'centred'), ('mod', 'centred'), ('xmod', 'raw')])
+def test_router_bce_logits_are_raw_for_mod_and_centred_for_xmod(model, bce):
+    """MoD as published trains its router with a BCE on the raw scores (its family default); X-MoD centres them on each
+    sequence's cut. Both take each sequence's own top-k as targets."""
+    default = GPTConfig(model=model).router_bce
+    assert default == ('raw' if model == 'mod' else 'centred')
+    torch.manual_seed(0)
+    m = GPT(tiny(model, router_bce=bce if bce != default else None, n_layer=4, capacity=0.25))
+    assert m.config.router_bce == bce
+    log, _, _ = record_routed_io(m)
+    stats = measured(m, *batch(4, 32))[2]
+    expected = []
+    for rec in log:
+        r, own = rec['scores'], rec['mask']
+        top = r.sort(dim=1, descending=True).values
+        cut = (top[:, 7] + top[:, 8]) / 2                   # k = 8 of 32
+        expected.append(F.binary_cross_entropy_with_logits(r - cut[:, None] if bce == 'centred' else r, own.float()))
+    assert abs(stats['router_bce'].item() - torch.stack(expected).mean().item()) < 1e-6
+
+
+@pytest.mark.parametrize('impl', ['fast', 'naive'])
+def test_random_routing_takes_random_tokens_deterministically_with_the_gain_as_gate(impl):
+    torch.manual_seed(0)
+    m = GPT(tiny('xmod', impl=impl, router='random', n_layer=4, stride=2, capacity=0.25))
+    x, y = batch(4, 32)
+    masks = {}
+    for key in ((0, 5, 0), (0, 5, 0), (0, 6, 0), (1, 5, 0)):
+        m.set_draw(*key[:2], row0=key[2])
+        _, loss, aux = m(x, y, return_aux=True)
+        masks.setdefault(key, []).append(aux['layers'][1]['mask'])
+        assert set(aux['losses']) == {'lm'}                     # no router loss: nothing to learn
+        assert aux['layers'][1]['mask'].sum(1).tolist() == [8] * 4
+    assert torch.equal(*masks[(0, 5, 0)])                       # the same seed, step and rows: the same draw
+    assert not torch.equal(masks[(0, 5, 0)][0], masks[(0, 6, 0)][0])   # another step, another draw
+    assert not torch.equal(masks[(0, 5, 0)][0], masks[(1, 5, 0)][0])   # another seed, another draw
+    mask = masks[(0, 5, 0)][0]
+    assert not torch.equal(mask[0], mask[1])                    # each sequence draws its own tokens
+    assert not torch.equal(aux['layers'][1]['mask'], aux['layers'][3]['mask'])   # each layer too
+    # the scores do not depend on the tokens: another batch, the same selection
+    m.set_draw(1, 5)
+    assert torch.equal(m(*batch(4, 32, seed=1), return_aux=True)[2]['layers'][1]['mask'], masks[(1, 5, 0)][0])
+    # rows 2-3 of the batch drawn as a micro-batch of their own (row0 = 2) draw what they drew in the whole batch
+    m.set_draw(1, 5, row0=2)
+    assert torch.equal(m(*batch(2, 32, seed=1), return_aux=True)[2]['layers'][1]['mask'], masks[(1, 5, 0)][0][2:])
+    loss.backward()
+    for layer in routed_layers(m):
+        assert layer.router.weight.grad is None and not layer.router.weight.requires_grad
+        assert layer.router.gain.grad is not None and layer.router.gain.grad.abs() > 0
+        r = torch.rand(3, 5)
+        assert torch.equal(layer.router.gate(r), layer.router.gain.expand(3, 5))
+
+
+def test_random_routing_is_uniform_over_positions_and_causal_at_rate_c():
+    """Top-k: every position equally likely (a chi-square test over 2,000 sequences); causal mode: each token passes
+    with probability c, with no look at any other position; evaluation draws from one fixed seed."""
+    torch.manual_seed(0)
+    m = GPT(tiny('xmod', router='random', n_layer=2, stride=2, capacity=0.25))
+    router = m.transformer.h[1].router
+    counts = torch.zeros(32)
+    for step in range(50):
+        m.set_draw(0, step)
+        r = router(torch.zeros(40, 32, 32), torch.arange(32))
+        counts += route_topk(r, 8)[1].sum(0)
+    expected = counts.sum() / 32
+    chi2 = ((counts - expected) ** 2 / expected).sum()
+    assert chi2 < 61.1                                          # chi-square, 31 dof, p = 0.001
+    m.eval()
+    r_eval = router(torch.zeros(2000, 32, 32), torch.arange(32))
+    rate = (r_eval > router.threshold()).float().mean()
+    assert abs(rate - 0.25) < 0.01                              # 64,000 draws: SE 0.0017
+    m.set_draw(0, 99)
+    assert torch.equal(router(torch.zeros(3, 32, 32), torch.arange(32)), r_eval[:3])   # eval: always EVAL_DRAW
+    # causal: a token's score depends only on its own sequence and position, so a prefix scores the same
+    assert torch.equal(router(torch.zeros(3, 10, 32), torch.arange(10)), r_eval[:3, :10])
+    m.train()
+    assert not torch.equal(router(torch.zeros(3, 32, 32), torch.arange(32)), r_eval[:3])
+
+
+@pytest.mark.parametrize('impl', ['fast', 'naive'])
+def test_random_routing_generates_with_and_without_the_cache_alike(impl):
+    torch.manual_seed(0)
+    m = GPT(tiny('xmod', impl=impl, router='random', n_layer=4, stride=2, capacity=0.25))
+    x, y = batch(3, 32)
+    m.set_draw(0, 0)
+    _, _, aux = m(x, y, return_aux=True)
+    m.calibrate([aux['layers']])
+    m.eval()
+    outs = []
+    for use_cache in (True, False):
+        torch.manual_seed(1)
+        outs.append(m.generate(x[:, :6], 20, use_cache=use_cache))
+    assert torch.equal(*outs)
+    assert routing_stats(m, m(x, y, routing='causal', return_aux=True)[2]['layers'], 'causal')['causal_rate_1'] > 0
+
+
+def test_resid_init_active_scales_the_projections_by_the_depth_a_token_passes():
+    """0.02/sqrt(2L): L = n_layer by default (GPT-2's rule), anchors + c * routed layers with resid_init='active'."""
+    cfg = tiny('xmod', n_layer=12, stride=4, capacity=0.125, n_embd=256, n_head=4, block_size=128)
+    assert cfg.init_depth() == 12
+    active = replace(cfg, resid_init='active')
+    assert active.init_depth() == pytest.approx(3 + 9 * 16 / 128)
+    assert replace(tiny('dense', n_layer=4), resid_init='active').init_depth() == 4
+    for c, L in ((cfg, 12), (active, 3 + 9 * 16 / 128)):
+        torch.manual_seed(0)
+        m = GPT(c)
+        w = m.transformer.h[0].attn.c_proj.weight
+        assert w.std().item() == pytest.approx(0.02 / math.sqrt(2 * L), rel=0.02)     # 65,536 draws: SE 0.3%
+        assert m.transformer.h[0].attn.c_attn.weight.std().item() == pytest.approx(0.02, rel=0.02)
+
+
+def test_moe_at_capacity_factor_one_matches_the_dense_flops():
+    """The MoE FLOP-matched: with top-2 of 8 experts of hidden 2C, a capacity factor of 1.0 gives each token two
+    expert slots, the FLOPs of one dense MLP; only the router's 2*C*E per layer is extra."""
+    dense = tiny('dense', n_layer=4, n_embd=128, n_head=4, block_size=128, vocab_size=84)
+    moe = replace(dense, model='moe', expert_capacity_factor=1.0)
+    assert abs(flops_per_token(moe, batch_size=16) / flops_per_token(dense) - 1) < 0.005
+    assert flops_per_token(replace(moe, expert_capacity_factor=1.25), batch_size=16) > 1.1 * flops_per_token(dense)

@@ -1,0 +1,70 @@
+"""cpu_panel: depth routing against its baselines, each at its own tuned learning rate, at the reference point of
+results/cpu_lr (width 128, T=128, 2M tokens, cosine, the cpu_small recipe). That sweep's dense and X-MoD runs (stride
+4, c 0.125; 5 seeds each) are the panel's reference; it adds seven arms:
+
+  mod          MoD as published (Raposo et al. 2024): alternating layers, plain gate (the raw score), the router's
+               BCE on raw scores (router_bce='raw', the mod default), no depth balancing; 6 layers FLOP-matched to
+               the 4-layer dense model (c 0.367)
+  xmod_s2      MoD's layout (DrDrDr, 6 layers, the same c) with X-MoD's gate, BCE and balancing: --stride=2
+  moe_cf1      the MoE FLOP-matched: capacity factor 1.0 gives each token two expert slots of hidden 2C, one dense
+               MLP's FLOPs (within 0.5%; the default 1.25 pads 15% more)
+  plaingate    X-MoD with MoD's plain gate
+  nobalance    X-MoD without depth balancing
+  random       X-MoD with random routing (router='random'): a random k tokens per routed layer, the gate its gain
+               alone; whatever the learned router adds over it is what routing learns
+  resid_active X-MoD with its residual projections initialised for the depth a token passes (4.1), not 12
+
+    python sweep.py sweeps/cpu_panel.py
+    python lr_sweep.py results/cpu_panel/runs 'results/cpu_lr/runs/*_d128_*' --out results/cpu_panel
+
+1. Each arm on the rates 2e-3, 4e-3, 8e-3 (seed 0, min_lr = lr / 10), extended by 2x past an edge that holds its
+   best finished rate (a diverged run counts as worse than any), as sweeps/cpu_lr.py does.
+2. Seeds 1 and 2 at the best rate and at every rate within 0.005 of it in seed 0 (cpu_lr.seed_rates); the seed
+   mean then chooses (lr_sweep.best_rate). The same rule gives the reference X-MoD seeds 1-4 at 8e-3, 0.0004 behind
+   its 4e-3 in seed 0: `python sweep.py sweeps/cpu_lr.py` runs them (4 runs, 4.5e13 FLOPs).
+About 40 runs of about 1.1e13 training FLOPs each (sweep.py --dry_run: 2.4e14 for the 21 runs of the grid, before
+the edges and seeds are known): about 3 hours with 2 one-thread runs at a time on 2 quiet cores.
+"""
+import os
+import runpy
+
+name = 'cpu_panel'
+jobs = 2
+M = 1_000_000
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUNS = os.path.join(os.path.dirname(HERE), 'results', name, 'runs')
+
+small = runpy.run_path(os.path.join(HERE, 'cpu_small.py'))
+lr_sweep = runpy.run_path(os.path.join(HERE, 'cpu_lr.py'))             # tune, seed_rates, final_val, arm
+common = dict(small['common'], threads=1)
+run, dense, xmod = small['builders'](tokens_per_iter=2048, width=128, tokens=2 * M, block_size=128)
+
+GRID = (2e-3, 4e-3, 8e-3)
+SEEDS = (1, 2)
+ARMS = {                                    # the most telling first: a partial sweep already answers the most
+    'random': lambda **kw: xmod(4, 12, 4, router='random', tag='_random', **kw),
+    'mod': lambda **kw: run('mod_L6_D4_2M', model='mod', n_layer=6, dense_layers=4, **kw),
+    'moe_cf1': lambda **kw: run('moe_L4_2M_cf1', model='moe', n_layer=4, expert_capacity_factor=1.0, **kw),
+    'xmod_s2': lambda **kw: xmod(2, 6, 4, **kw),
+    'plaingate': lambda **kw: xmod(4, 12, 4, gate='plain', tag='_plaingate', **kw),
+    'nobalance': lambda **kw: xmod(4, 12, 4, balance=0.0, tag='_nobalance', **kw),
+    'resid_active': lambda **kw: xmod(4, 12, 4, resid_init='active', tag='_residactive', **kw),
+}
+
+
+def arm(key, lr, seed=0):
+    """One run of an arm at a peak rate, named as its shared-rate run in cpu_small plus _lr<rate>[_seed<s>]."""
+    r = ARMS[key](learning_rate=lr, min_lr=lr / 10, seed=seed)
+    base, _, seed_part = r['name'].partition('_seed')
+    r['name'] = f'{base}_lr{lr:g}' + (f'_seed{seed_part}' if seed_part else '')
+    return r
+
+
+def loss_at(key):
+    return lambda lr: lr_sweep['final_val'](RUNS, arm(key, lr)['name'])
+
+
+runs = [arm(key, lr) for lr in (4e-3, 8e-3, 2e-3) for key in ARMS]
+runs += [arm(key, lr) for key in ARMS for lr in lr_sweep['tune'](loss_at(key), GRID)[0] if lr not in GRID]
+for key in ARMS:
+    runs += [arm(key, lr, seed=s) for lr in lr_sweep['seed_rates'](loss_at(key), GRID) for s in SEEDS]
