@@ -466,6 +466,9 @@ def run_relative(runs, metric, dense, delta_std, n_boot, rng):
         p['pred'] = float(rel_predict([p], active, coef)[0])
     metrics['fit'] = pair_metrics(fit, metric, dense, delta_std)
     metrics['heldout'] = pair_metrics(test, metric, dense, delta_std) if test else None
+    if test:      # against a constant Delta (the fitted pairs' mean) and Delta = 0 (joint_law.versus_nulls)
+        metrics['heldout']['vs_null'], metrics['heldout']['beats_null'] = joint_law.versus_nulls(
+            [p['delta'] for p in test], [p['pred'] for p in test], np.mean([p['delta'] for p in fit]))
     metrics['goals'] = heldout_goals(metrics['heldout'], delta_std)
     metrics['cv'] = dict(delta_rmse=loco_cv(fit, active), scheme='leave one configuration (all seeds) out')
     # ablations: refit with each term removed; a term earns its place if the errors grow without it

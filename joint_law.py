@@ -15,7 +15,10 @@ elimination from all candidates, a term staying only if leaving it out makes the
 of Delta worse by more than SELECT_MARGIN (Delta = L_law(xmod) - L_law(its dense partner), each predicted; up to
 FOLDS configurations each is left out alone, beyond that in FOLDS folds, which keeps the selection to minutes). Then
 the chosen form is refitted without the largest budget, and without the largest width, and predicts those pairs'
-Delta, beside a constant-Delta null model (the fitted pairs' mean Delta).
+Delta; with the cross-validation's own predictions, three held-out tests (fit.json: joint.heldout.budget, .width,
+.configuration). Each is judged against two nulls, a constant Delta (the fitted pairs' mean) and Delta = 0, with a
+paired bootstrap interval of the difference in squared error (versus_nulls): a law is said to predict only where it
+beats both.
 """
 import math
 
@@ -28,6 +31,7 @@ T0, S0, D0, N0 = 128, 4, 2_000_000, 787_584     # the reference point, as fit_la
 HUBER_DELTA = 1e-3
 SELECT_MARGIN = 0.05
 FOLDS = 10               # cross-validation folds of X-MoD configurations (leave one out when there are fewer)
+NULL_BOOT = 2000         # paired bootstrap resamples of the held-out pairs (versus_nulls)
 # name: (slot, feature); the feature is a function of a run's variables (arrays): log rho 'lr', log(T/T0) 'lt',
 # log(s/s0) 'ls'. A slot's term adds to a, alpha, b or beta.
 TERMS = {
@@ -132,14 +136,16 @@ def errors(obs, pred):
                 sign_right=float(np.mean(np.sign(pred) == np.sign(obs))) if len(e) else None)
 
 
-def cv_rmse(fit_runs, pairs, metric, terms, theta0):
-    """Leave X-MoD configurations (all seeds of each) out, refit, predict their Delta; RMSE over all pairs. One
-    configuration per fold up to FOLDS configurations (leave one out), else FOLDS folds of every FOLDS-th one."""
+def cv_predictions(fit_runs, pairs, metric, terms, theta0):
+    """Leave X-MoD configurations (all seeds of each) out, refit, predict their Delta. One configuration per fold up
+    to FOLDS configurations (leave one out), else FOLDS folds of every FOLDS-th one. -> (observed Delta, predicted
+    Delta, the constant-Delta null's prediction: the mean Delta of the pairs each fold kept), per held-out pair, or
+    None (fewer than 2 configurations, or a fit failed)."""
     keys = sorted({config_key(p['config'], with_seed=False) for p, _ in pairs})
     if len(keys) < 2:
         return None
     k_folds = min(FOLDS, len(keys))
-    obs, pred = [], []
+    obs, pred, const = [], [], []
     for fold in range(k_folds):
         chosen = set(keys[fold::k_folds])
         out = {id(p) for p, _ in pairs if config_key(p['config'], with_seed=False) in chosen}
@@ -149,7 +155,32 @@ def cv_rmse(fit_runs, pairs, metric, terms, theta0):
         held = [(p, d) for p, d in pairs if id(p) in out]
         obs += [p['loss'][metric] - d['loss'][metric] for p, d in held]
         pred += list(delta_pred(held, terms, th))
-    return errors(obs, pred)['rmse_delta']
+        const += [np.mean([p['loss'][metric] - d['loss'][metric] for p, d in pairs if id(p) not in out])] * len(held)
+    return np.array(obs), np.array(pred), np.array(const)
+
+
+def cv_rmse(fit_runs, pairs, metric, terms, theta0):
+    """The RMSE of Delta over every pair, each predicted with its configuration left out (cv_predictions)."""
+    got = cv_predictions(fit_runs, pairs, metric, terms, theta0)
+    return None if got is None else errors(*got[:2])['rmse_delta']
+
+
+def versus_nulls(obs, pred, const, n_boot=NULL_BOOT):
+    """The law's held-out error beside two nulls that know nothing of the configuration: a constant Delta (the fitted
+    pairs' mean; per pair where each fold has its own) and Delta = 0 (X-MoD is its dense partner). For each: the
+    null's RMSE, and the mean over held-out pairs of (law's squared error - null's) with a 95% paired bootstrap
+    interval (the pairs resampled, a fixed seed: the same fit.json every time). The law beats a null when the whole
+    interval is below 0. -> (vs_null, beats_null: it beats both)."""
+    obs, pred = np.asarray(obs, float), np.asarray(pred, float)
+    law = (pred - obs) ** 2
+    idx = np.random.default_rng(0).integers(0, len(obs), (n_boot, len(obs)))
+    vs = {}
+    for name, null in (('constant', np.broadcast_to(const, obs.shape)), ('zero', np.zeros_like(obs))):
+        diff = law - (null - obs) ** 2
+        lo, hi = np.percentile(diff[idx].mean(1), [2.5, 97.5])
+        vs[name] = dict(null_rmse_delta=float(np.sqrt(np.mean((null - obs) ** 2))), mean_sq_diff=float(diff.mean()),
+                        ci=[float(lo), float(hi)], beaten=bool(hi < 0))
+    return vs, all(v['beaten'] for v in vs.values())
 
 
 def testable(pairs, terms):
@@ -231,6 +262,13 @@ def joint_fit(runs, metric, dense_theta, delta_std, n_boot, rng):
     for name, (key, value) in tests.items():
         out['heldout'][name] = heldout_test([r for r in runs if use(r)], metric, terms, dense_theta, key, value,
                                             delta_std)
+    loco = cv_predictions(fit_runs, pairs, metric, terms, theta)
+    if loco is not None:
+        obs, pred, const = loco
+        vs, beats = versus_nulls(obs, pred, const)
+        out['heldout']['configuration'] = dict(
+            errors(obs, pred), held_out='each X-MoD configuration in turn (the cross-validation folds)',
+            null_rmse_delta=vs['constant']['null_rmse_delta'], vs_null=vs, beats_null=beats)
     return out
 
 
@@ -253,7 +291,9 @@ def heldout_test(runs, metric, terms, dense_theta, key, value, delta_std):
     res = errors(obs, pred)
     limit = max(0.01, 1.5 * delta_std) if delta_std else 0.01
     big = np.abs(obs) > 2 * delta_std if delta_std else np.zeros(len(obs), bool)
+    vs, beats = versus_nulls(obs, pred, null)
     res.update(held_out=f'{key}=={value:g}', null_rmse_delta=float(np.sqrt(np.mean((obs - null) ** 2))),
+               vs_null=vs, beats_null=beats,
                null_delta=float(null), rmse_over_seed_std=res['rmse_delta'] / delta_std if delta_std else None,
                goal=limit, goal_met=bool(res['rmse_delta'] <= limit),
                sign_right_big=float(np.mean(np.sign(pred[big]) == np.sign(obs[big]))) if big.any() else None,

@@ -451,6 +451,14 @@ def summary_md(result, runs):
                                                     for m in metrics])
     for k in ('loss_std', 'delta_std'):
         rows.append([f'seed noise: {k}'] + [fmt(bm[m]['metrics']['seed_noise'][k]) for m in metrics])
+    held = {m: bm[m]['metrics']['heldout'] or {} for m in metrics}
+    if any('vs_null' in h for h in held.values()):
+        for name, lab in (('constant', 'a constant Delta'), ('zero', 'Delta = 0')):
+            rows.append([f'held-out Delta RMSE of {lab}'] + [fmt(h['vs_null'][name]['null_rmse_delta'])
+                                                           if 'vs_null' in h else '-' for h in held.values()])
+        rows.append(['the law beats both at 95% (paired bootstrap)'] + [
+            ('yes' if h['beats_null'] else 'no: no better than a constant') if 'vs_null' in h else '-'
+            for h in held.values()])
     s.append(md_table(['', *metrics], rows) + '\n')
     s.append('## Does each term earn its place? (refit without it)\n')
     rows = []
@@ -480,12 +488,22 @@ def summary_md(result, runs):
     return '\n'.join(s)
 
 
+def null_verdict(v):
+    """', Delta = 0 x: beats both nulls' or ': no better than a constant' for a held-out test with its null
+    comparison (joint_law.versus_nulls); '' for a fit.json from before it."""
+    if 'vs_null' not in v:
+        return ''
+    zero = f', Delta = 0 {fmt(v["vs_null"]["zero"]["null_rmse_delta"])}'
+    return zero + (': beats both nulls (95%)' if v['beats_null'] else ': no better than a constant')
+
+
 def joint_text(j):
     """One line about the joint law (joint_law.py) of one metric."""
     if not j.get('fitted'):
         return f'joint: not fitted ({j.get("note")})'
     held = '; '.join(f'held out {v["held_out"]}: RMSE(Delta) {fmt(v["rmse_delta"])}, constant Delta '
-                     f'{fmt(v["null_rmse_delta"])}' for v in j['heldout'].values() if v.get('rmse_delta') is not None)
+                     f'{fmt(v["null_rmse_delta"])}' + null_verdict(v)
+                     for v in j['heldout'].values() if v.get('rmse_delta') is not None)
     return (f'joint ({j["n_runs"]} runs, {j["n_pairs"]} pairs): terms {", ".join(j["terms"]) or "none (the dense law)"}'
             f'; Delta rmse fit {fmt(j["fit"]["rmse_delta"])}, cv {fmt(j["cv"]["rmse_delta"])}; {held}')
 

@@ -981,4 +981,23 @@ def test_joint_law_finds_a_data_term_that_moves_with_rho(tmp_path, capsys):
         h = out['heldout'][name]
         assert h['n'] == n and h['rmse_delta'] < 0.004 and h['null_rmse_delta'] > 5 * h['rmse_delta'], (name, h)
         assert h['goal_met'] and h['sign_right'] == 1.0
+    # and it beats both nulls at 95% in every held-out test, leave-one-configuration-out included
+    for name in ('budget', 'width', 'configuration'):
+        h = out['heldout'][name]
+        assert h['beats_null'] and h['vs_null']['constant']['ci'][1] < 0 and h['vs_null']['zero']['ci'][1] < 0
+    assert 'beats both nulls (95%)' in summary and 'no better than a constant' not in summary.split('## Joint')[1]
     assert out['fit']['rmse_delta'] < 0.003
+
+
+def test_a_law_is_judged_against_a_constant_and_a_zero_delta():
+    """versus_nulls: a law that predicts the held-out Deltas beats both nulls; one that predicts a constant is no
+    better than the constant; a constant-Delta null beats a zero null only when Delta is away from 0."""
+    import joint_law
+    rng = np.random.default_rng(0)
+    obs = 0.01 + 0.02 * rng.standard_normal(30)
+    vs, beats = joint_law.versus_nulls(obs, obs + 0.001 * rng.standard_normal(30), 0.01)
+    assert beats and vs['constant']['null_rmse_delta'] == pytest.approx(np.sqrt(np.mean((obs - 0.01) ** 2)))
+    vs, beats = joint_law.versus_nulls(obs, np.full(30, obs.mean()), obs.mean())
+    assert not beats and not vs['constant']['beaten'] and vs['constant']['mean_sq_diff'] == pytest.approx(0)
+    assert vs['constant']['ci'][0] <= 0 <= vs['constant']['ci'][1]
+    assert vs == joint_law.versus_nulls(obs, np.full(30, obs.mean()), obs.mean())[0]     # a fixed bootstrap seed
