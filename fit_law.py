@@ -2,6 +2,7 @@
 Fit the X-MoD scaling law from a sweep of finished training runs.
 
     python fit_law.py RUNS... --out DIR [--holdout FILTER]... [--metric val_loss_causal|val_loss] [--bootstrap 200]
+    python fit_law.py --advise DIR --flops=C [--block_size=T] [--n_embd=W] [--dense_layers=L] [--json]
 
 RUNS: run directories, globs of them, or folders with runs below them, read by runs.py (what it accepts:
 docs/fit_law.md). Two laws, for the reasons in docs/design.md, "The law":
@@ -624,8 +625,8 @@ def run_row(r):
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0].strip(), epilog='What fit_law.py accepts and '
                                 'refuses: docs/fit_law.md.')
-    p.add_argument('runs', nargs='+', help='run directories, globs of them, or folders holding run directories')
-    p.add_argument('--out', required=True, help='output directory (created)')
+    p.add_argument('runs', nargs='*', help='run directories, globs of them, or folders holding run directories')
+    p.add_argument('--out', help='output directory (created)')
     p.add_argument('--holdout', action='append', metavar='FILTER', help='runs to leave out of both fits and predict: '
                    "KEY OP VALUE conditions joined by 'and' or ',' (OP: = == != < <= > >=), e.g. 'stride==8', "
                    "\"model=='xmod' and stride==8\", 'tokens==max_tokens_all'; repeat it to hold out more")
@@ -638,10 +639,59 @@ def parse_args(argv):
                    'keeps it. Without it every rate is fitted, each X-MoD run paired with the dense run of its rate')
     p.add_argument('--skip_joint', action='store_true', help='leave out the joint law (joint_law.py; its form '
                    'selection refits it tens of times: minutes on a large sweep)')
+    a = p.add_argument_group('the adviser: which routing configuration to choose, from a fit (no runs, no --out)')
+    a.add_argument('--advise', metavar='FIT', help='a fit folder (or its fit.json): answer from its joint law')
+    a.add_argument('--flops', type=float, help='training FLOPs (3 x forward FLOPs/token x tokens, as run.json)')
+    a.add_argument('--block_size', type=int, default=128, help='context T (default 128)')
+    a.add_argument('--n_embd', type=int, default=128, help="the dense model's width (default 128)")
+    a.add_argument('--dense_layers', type=int, default=4, help="the dense model's depth (default 4)")
+    a.add_argument('--n_head', type=int, default=4, help='attention heads (default 4)')
+    a.add_argument('--vocab_size', type=int, default=84, help='vocabulary (default 84: char-level Shakespeare)')
+    a.add_argument('--json', action='store_true', help='print the answer as JSON')
     cfg = p.parse_args(argv)
     if cfg.bootstrap < 0:
         p.error('--bootstrap must be >= 0')
+    if cfg.advise:
+        if cfg.runs or cfg.out:
+            p.error('--advise answers from a fit: give no runs and no --out')
+        if not cfg.flops or cfg.flops <= 0:
+            p.error('--advise needs --flops=C, the training FLOPs (> 0)')
+    elif not cfg.runs or not cfg.out:
+        p.error('give the runs to fit and --out DIR (or --advise FIT --flops=C)')
     return cfg
+
+
+def advise(cfg):
+    """fit_law.py --advise: the fit's joint law asked which X-MoD configuration to train at this budget, context
+    and dense size (joint_law.advise); a table and one line, or JSON."""
+    path = cfg.advise if cfg.advise.endswith('.json') else os.path.join(cfg.advise, 'fit.json')
+    try:
+        with open(path) as f:
+            fit_json = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f'{path}: cannot read a fit ({e})')
+    try:
+        out = joint_law.advise(fit_json, cfg.flops, cfg.block_size, cfg.n_embd, cfg.dense_layers, cfg.n_head,
+                               cfg.vocab_size)
+    except ValueError as e:
+        raise UserError(f'{path}: {e}')
+    if cfg.json:
+        print(json.dumps(to_json(out), indent=1))
+        return 0
+    d = out['dense']
+    print(f"{path}: the joint law of {out['metric']} (terms: {', '.join(out['terms']) or 'none, the dense law'}), "
+          f"{out['n_samples']} bootstrap samples")
+    print(f"budget {out['flops']:.3g} FLOPs, T={out['block_size']}, dense {d['layout']} at width {out['n_embd']}: "
+          f"{d['tokens'] / 1e6:.3g}M tokens, predicted loss {d['loss']:.4f}")
+    rows = [[f"xmod s{c['stride']}", f"{c['capacity']:.4f}", c['layout'], f"{c['rho']:.2f}",
+             f"{c['tokens'] / 1e6:.3g}M", f"{c['loss']:.4f}",
+             f"{c['delta']:+.4f} [{c['delta_ci'][0]:+.4f}, {c['delta_ci'][1]:+.4f}]"] for c in out['candidates']]
+    print(report.md_table(['config', 'capacity', 'layout', 'rho', 'tokens', 'predicted loss',
+                           'Delta against dense [95%]'], rows))
+    for s_ in (s_ for s_ in out['skipped'] if s_['why'] != 'the same model as another'):
+        print(f"not asked: xmod stride {s_['stride']}, capacity {s_['capacity']:g}: {s_['why']}")
+    print(f"best: {out['verdict']}")
+    return 0
 
 
 def run(cfg):
@@ -679,7 +729,10 @@ def run(cfg):
 
 
 def fit(argv):
-    run(parse_args(argv))
+    cfg = parse_args(argv)
+    if cfg.advise:
+        return advise(cfg)
+    run(cfg)
     return 0
 
 

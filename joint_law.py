@@ -251,7 +251,7 @@ def joint_fit(runs, metric, dense_theta, delta_std, n_boot, rng):
     resid = np.log(predict(fit_runs, terms, theta)) - np.log([r['loss'][metric] for r in fit_runs])
     out.update(fitted=True, terms=terms, selection=history, selection_margin=SELECT_MARGIN,
                coefficients={n: dict(value=float(x), ci=c) for n, x, c in zip(names, theta, ci)},
-               bootstrap=dict(n=n_boot, n_valid=len(samples)),
+               bootstrap=dict(n=n_boot, n_valid=len(samples), samples=[list(map(float, th)) for th in samples]),
                fit=dict(rmse_log=float(np.sqrt(np.mean(resid ** 2))), **errors(obs, delta_pred(pairs, terms, theta))),
                cv=dict(rmse_delta=history[-1]['cv_rmse_delta'],
                        scheme=f'X-MoD configurations left out, {FOLDS} folds (one each when fewer)'),
@@ -299,3 +299,92 @@ def heldout_test(runs, metric, terms, dense_theta, key, value, delta_std):
                sign_right_big=float(np.mean(np.sign(pred[big]) == np.sign(obs[big]))) if big.any() else None,
                n_big=int(big.sum()))
     return res
+
+
+# -----------------------------------------------------------------------------
+# the adviser (fit_law.py --advise): which routing configuration to choose, from a fitted joint law
+
+def fitted_range(rows):
+    """What a fit saw, from fit.json's runs (the joint law's: dense and full X-MoD, not held out): each axis's
+    (low, high), and the X-MoD configurations (stride, capacity) it was fitted on."""
+    rows = [r for r in rows if not r['heldout'] and (r['model'] == 'dense' or r['variant'] == 'xmod')]
+    span = lambda k: (min(r[k] for r in rows), max(r[k] for r in rows))
+    configs = sorted({(r['stride'], r['capacity']) for r in rows if r['variant'] == 'xmod' and r['rho'] > 1 + 1e-12})
+    return dict(tokens=span('tokens'), params_active=span('params_active'), T=span('T'),
+                rho=span('rho'), configs=configs)
+
+
+def advise(fit, flops, block_size, n_embd, dense_layers, n_head=4, vocab_size=84, tol=0.02):
+    """The abstract's question for one budget: given training FLOPs, context and the dense model's shape (its active
+    size), which X-MoD configuration does the fitted joint law (fit.json's `joint`) predict best, and does any beat
+    the FLOP-matched dense model? Candidates: the (stride, capacity) configurations the fit saw, FLOP-matched to
+    this dense model (xmod.match_flops); each must stay inside the fit's range of tokens, active parameters,
+    context and rho, else the law is not asked (ValueError names the axis). Delta's 95% interval: percentiles over
+    the fit's bootstrap samples of the law's parameters. -> dict(dense, candidates, skipped, best, verdict)."""
+    import torch as _torch
+    from xmod import GPT, GPTConfig, flops_per_token, layout_string, match_flops
+    j = fit.get('joint') or {}
+    if not j.get('fitted'):
+        raise ValueError(f"the fit's joint law was not fitted ({j.get('note', 'fit_law.py --skip_joint')}): "
+                         f"nothing to advise from")
+    samples = (j.get('bootstrap') or {}).get('samples')
+    if not samples:
+        raise ValueError("the fit has no bootstrap samples of the joint law (a fit.json written before --advise, or "
+                         "--bootstrap 0): refit it with fit_law.py and --bootstrap of 20 or more")
+    terms = j['terms']
+    theta = np.array([j['coefficients'][n]['value'] for n in ['a', 'alpha', 'b', 'beta', 'e'] + terms])
+    seen = fitted_range(fit['runs'])
+
+    def inside(axis, value, what):
+        lo, hi = seen[axis]
+        if not lo * (1 - 1e-9) <= value <= hi * (1 + 1e-9):
+            raise ValueError(f"{what} gives {axis} = {value:.4g}, outside the fit's range {lo:.4g} to {hi:.4g}: "
+                             f"the law is not asked to extrapolate")
+
+    def shape(cfg):
+        with _torch.device('meta'):
+            m = GPT(cfg)
+        fpt = flops_per_token(cfg)
+        return dict(params_active=float(m.num_active_params()), rho=m.num_params() / m.num_active_params(),
+                    fpt=fpt, tokens=flops / (3 * fpt), T=block_size)
+
+    dense_cfg = GPTConfig(model='dense', n_layer=dense_layers, n_embd=n_embd, n_head=n_head, block_size=block_size,
+                          vocab_size=vocab_size)
+    dense = dict(shape(dense_cfg), stride=None, layout=layout_string(dense_cfg))
+    inside('T', block_size, f'--block_size={block_size}')
+    inside('params_active', dense['params_active'], f'--n_embd={n_embd} --dense_layers={dense_layers}')
+    inside('tokens', dense['tokens'], f'--flops={flops:g}')
+    cands, skipped = [], []
+    for stride, capacity in seen['configs']:
+        try:
+            cfg = match_flops(dense_cfg, 'xmod', stride=stride, capacity=capacity, tol=tol)
+        except ValueError as e:
+            skipped.append(dict(stride=stride, capacity=capacity, why=str(e)))
+            continue
+        c = dict(shape(cfg), stride=stride, capacity=cfg.capacity, n_layer=cfg.n_layer, layout=layout_string(cfg))
+        lo, hi = seen['rho']
+        if not lo <= c['rho'] <= hi or any(abs(c['capacity'] - x['capacity']) < 1e-9 and c['n_layer'] == x['n_layer']
+                                           and c['stride'] == x['stride'] for x in cands):
+            skipped.append(dict(stride=stride, capacity=capacity, why=f"rho {c['rho']:.3g} outside the fit's "
+                                f"{lo:.3g} to {hi:.3g}" if not lo <= c['rho'] <= hi else 'the same model as another'))
+            continue
+        cands.append(c)
+    if not cands:
+        raise ValueError("no X-MoD configuration the fit saw FLOP-matches this dense model inside the fit's range of "
+                         "rho: nothing to compare")
+    rows = [dense] + cands
+    point = predict(rows, terms, theta)
+    boot = np.array([predict(rows, terms, np.array(th)) for th in samples])    # (n_samples, 1 + candidates)
+    for i, c in enumerate(cands, start=1):
+        d = boot[:, i] - boot[:, 0]
+        c.update(loss=float(point[i]), delta=float(point[i] - point[0]),
+                 delta_ci=[float(x) for x in np.percentile(d, [2.5, 97.5])])
+    dense['loss'] = float(point[0])
+    winners = [c for c in cands if c['delta_ci'][1] < 0]
+    best = min(winners, key=lambda c: c['delta']) if winners else None
+    verdict = (f"xmod stride {best['stride']}, capacity {best['capacity']:.4f} ({best['layout']}): Delta "
+               f"{best['delta']:+.4f} [{best['delta_ci'][0]:+.4f}, {best['delta_ci'][1]:+.4f}]" if best else
+               'dense: no routing configuration is predicted to beat it')
+    return dict(flops=flops, block_size=block_size, n_embd=n_embd, dense_layers=dense_layers, metric=fit.get('metric'),
+                terms=terms, n_samples=len(samples), dense=dense, candidates=cands, skipped=skipped, best=best,
+                verdict=verdict)

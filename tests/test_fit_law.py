@@ -1001,3 +1001,63 @@ def test_a_law_is_judged_against_a_constant_and_a_zero_delta():
     assert not beats and not vs['constant']['beaten'] and vs['constant']['mean_sq_diff'] == pytest.approx(0)
     assert vs['constant']['ci'][0] <= 0 <= vs['constant']['ci'][1]
     assert vs == joint_law.versus_nulls(obs, np.full(30, obs.mean()), obs.mean())[0]     # a fixed bootstrap seed
+
+
+# -----------------------------------------------------------------------------
+# the adviser: fit_law.py --advise
+
+def synthetic_fit(size_rho):
+    """A fit.json whose joint law is known: the dense law plus size_rho * log(rho) on the size term (negative: more
+    total parameters help), fitted (as it were) on dense and X-MoD runs of three layouts at widths 64-192, T=128,
+    1-4M tokens, with 50 bootstrap samples scattered 1% around it."""
+    import torch
+    import xmod
+    rows = []
+    for width in (64, 128, 192):
+        dense = xmod.GPTConfig(model='dense', n_layer=4, n_embd=width, n_head=4, block_size=128, vocab_size=84)
+        for cfg in [dense] + [xmod.match_flops(dense, 'xmod', stride=s, capacity=c)
+                              for s, c in ((2, 0.5), (4, 0.125), (8, 0.25))]:
+            with torch.device('meta'):
+                m = xmod.GPT(cfg)
+            for tokens in (1e6, 4e6):
+                rows.append(dict(model=cfg.model, variant=cfg.model, heldout=False, n_embd=width, T=128,
+                                 stride=cfg.stride if cfg.model == 'xmod' else None,
+                                 capacity=cfg.capacity if cfg.model == 'xmod' else None, tokens=tokens,
+                                 params_active=float(m.num_active_params()),
+                                 rho=m.num_params() / m.num_active_params()))
+    theta = [math.log(60.0), 0.43, math.log(35.0), 0.26, math.log(0.75), size_rho]
+    rng = np.random.default_rng(0)
+    samples = [list(np.array(theta) + 0.01 * np.abs(theta) * rng.standard_normal(6)) for _ in range(50)]
+    names = ['a', 'alpha', 'b', 'beta', 'e', 'size_rho']
+    return dict(metric='val_loss_causal', runs=rows, joint=dict(
+        fitted=True, terms=['size_rho'], coefficients={n: dict(value=v) for n, v in zip(names, theta)},
+        bootstrap=dict(n=50, n_valid=50, samples=samples)))
+
+
+def test_the_adviser_picks_the_configuration_the_law_favours(tmp_path, capsys):
+    """With size_rho < 0 the law rewards total parameters at fixed active ones: the layout with the largest rho wins,
+    its interval below 0. With size_rho > 0 nothing beats dense, and the answer says so. A budget outside the fit's
+    tokens is refused, naming the axis."""
+    (tmp_path / 'good').mkdir()
+    (tmp_path / 'bad').mkdir()
+    json.dump(synthetic_fit(-0.2), open(tmp_path / 'good' / 'fit.json', 'w'))
+    json.dump(synthetic_fit(+0.2), open(tmp_path / 'bad' / 'fit.json', 'w'))
+    flops = 3 * 1.86e6 * 2e6                                 # the 4-layer dense model at width 128 for 2M tokens
+    assert fit_law.main(['--advise', str(tmp_path / 'good'), f'--flops={flops}', '--json']) == 0
+    out = json.loads(capsys.readouterr().out)
+    cands = out['candidates']
+    assert {c['stride'] for c in cands} == {2, 4, 8} and out['dense']['layout'] == 'DDDD'
+    top = max(cands, key=lambda c: c['rho'])
+    assert out['best']['stride'] == top['stride'] and out['best']['delta'] == min(c['delta'] for c in cands) < 0
+    assert all(c['delta_ci'][0] <= c['delta'] <= c['delta_ci'][1] < 0 for c in cands)
+    assert 1.9e6 < out['dense']['tokens'] < 2.1e6
+    assert fit_law.main(['--advise', str(tmp_path / 'bad'), f'--flops={flops}']) == 0
+    text = capsys.readouterr().out
+    assert text.strip().endswith('best: dense: no routing configuration is predicted to beat it')
+    assert '| xmod s4 | 0.1250 | DrrrDrrrDrrr |' in text
+    code = fit_law.main(['--advise', str(tmp_path / 'good'), f'--flops={flops * 100}'])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and 'tokens' in err and 'outside' in err
+    code = fit_law.main(['--advise', str(tmp_path / 'good'), f'--flops={flops}', '--n_embd=512'])
+    err = capsys.readouterr().err
+    assert code == 2 and 'params_active' in err and '--n_embd=512' in err
