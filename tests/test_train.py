@@ -327,6 +327,20 @@ def test_ddp_two_processes_match_one(corpus, tmp_path):
     assert read_json(two)['world_size'] == 2 and read_json(two)['tokens_per_iter'] == read_json(one)['tokens_per_iter']
 
 
+def test_ddp_random_routing_draws_what_one_process_draws(corpus, tmp_path):
+    """Random routing under 2 gloo processes: each rank draws its rows by their place in the global batch (and DDP
+    does not overwrite a rank's draw with rank 0's), so the losses are one process's with 2 micro-batches."""
+    args = [f'--data_dir={corpus}', '--router=random'] + TINY + ['--max_iters=4', '--eval_interval=2']
+    one, two = str(tmp_path / 'one'), str(tmp_path / 'two')
+    r = run(TRAIN, *args, '--gradient_accumulation_steps=2', f'--out_dir={one}')
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
+                        TRAIN, *args, f'--out_dir={two}'], capture_output=True, text=True, cwd=ROOT, env=ENV,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert_same_losses(one, two, ('train_loss', 'val_loss', 'val_loss_causal'), 1e-5)
+
+
 def test_ddp_bad_accumulation_is_refused_once(corpus, tmp_path):
     """A --gradient_accumulation_steps the world size does not divide: every rank refuses it, rank 0 alone says so
     (one line), and the folder stays empty."""
