@@ -241,12 +241,16 @@ def log_rows(path):
 
 
 def truncate_log(path, last_step):
-    """On resume: drop the rows after the checkpoint's step (written after it, before the kill) and any torn
-    last line, so the resumed run appends without duplicates."""
+    """On resume: drop the rows after the checkpoint's step (written after it, before the kill) and a torn last
+    line, so the resumed run appends without duplicates. Returns the torn line's text, or None: a row cut mid-line
+    (the run was killed while writing it) is dropped too, and the caller says so."""
     header, rows = log_rows(path)
     if header is None:
-        return
+        return None
+    with open(path, 'rb') as f:
+        ends_in_newline = f.read().endswith(b'\n')       # a row is written whole, newline last: without it, cut
     n = len(header)
+    torn = rows.pop() if rows and not ends_in_newline else None
 
     def keep(r):
         try:
@@ -260,6 +264,7 @@ def truncate_log(path, last_step):
         csv.writer(buf, lineterminator='\n').writerows(kept)
         f.write(buf.getvalue().encode())
     atomic_write(path, write)
+    return None if torn is None else ','.join(torn)
 
 
 def append_log(path, row):
@@ -395,6 +400,32 @@ def check_config(cfg, world_size, explicit):
     need(not (cfg.model == 'mod' and 'stride' in explicit and cfg.stride != 2),
          f"--stride={cfg.stride} does nothing for --model=mod: MoD alternates dense and routed layers (stride 2); "
          f"for an anchor every {cfg.stride} layers use --model=xmod --stride={cfg.stride}")
+
+
+# What fixes a run's evaluation set (train.eval_starts): the data, the window length, and how many windows
+# (eval_tokens, or eval_iters batches of batch_size rows). A resume keeps them: log.csv's losses are comparable
+# from row to row only over one set.
+EVAL_SET_KEYS = ('dataset', 'data_dir', 'block_size', 'eval_tokens', 'eval_iters', 'batch_size')
+
+
+def eval_set(c):
+    """The settings that decide the evaluation set, as comparable values (dataset counts only without data_dir,
+    eval_tokens only without eval_iters, batch_size only with it)."""
+    windows = ('eval_iters', c['eval_iters'], c['batch_size']) if c['eval_iters'] else ('eval_tokens',
+                                                                                          c['eval_tokens'])
+    return c['data_dir'] or ('dataset', c['dataset']), c['block_size'], windows
+
+
+def check_eval_set(saved, cfg, defaults):
+    """A resume that would evaluate on another set than the run's own is refused: log.csv would mix two sets."""
+    was = {k: saved.get(k, defaults[k]) for k in EVAL_SET_KEYS}
+    now = {k: getattr(cfg, k) for k in EVAL_SET_KEYS}
+    if eval_set(was) == eval_set(now):
+        return
+    changed = ', '.join(f"--{k}={now[k]!r} (the run's: {was[k]!r})" for k in EVAL_SET_KEYS if now[k] != was[k])
+    raise UserError(f"{changed} would change the evaluation set of the run in {cfg.out_dir}, and log.csv would mix "
+                    f"losses over two sets: resume with the run's own settings, or start a new run in another "
+                    f"--out_dir")
 
 
 def resume_config(saved, cfg, explicit, defaults):

@@ -297,6 +297,7 @@ def setup_run(argv, lock=None):
         checkpoint = own or run_folder.load_checkpoint(ckpt_path)
         cfg = run_folder.resume_config(checkpoint['config'], cfg, explicit, DEFAULTS)
         run_folder.check_config(cfg, world_size, explicit)   # again: a resumed config comes from the checkpoint
+        run_folder.check_eval_set(checkpoint['config'], cfg, DEFAULTS)
         branch = checkpoint.get('branch_of')
     elif branch_from:
         if os.path.realpath(os.path.dirname(branch_from) or '.') == os.path.realpath(cfg.out_dir):
@@ -439,7 +440,10 @@ def start_run(run, raw_model, iter_num):
             run_folder.check_new_run(cfg.out_dir, cfg.overwrite, say=False)
     run.lock.write_pid()
     if run.resume:
-        run_folder.truncate_log(run.log_path, iter_num)
+        torn = run_folder.truncate_log(run.log_path, iter_num)
+        if torn is not None:
+            print(f"note: dropped the last row of {run.log_path}, cut mid-line when the run stopped (it began "
+                  f"{torn[:30]!r}); training resumes at step {iter_num} and logs the steps after it again")
     else:
         run_folder.clear_run(cfg.out_dir)          # --overwrite: the old run goes (checked in setup_run)
     run_folder.write_json(run.run_path, info)

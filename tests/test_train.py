@@ -202,6 +202,8 @@ def test_resume_is_exact(corpus, tmp_path):
         f.write('15,' + ','.join(['1.0'] * (len(read_log(b)[0]) - 1)) + '\n16,0.5')
     r = run(TRAIN, '--init_from=resume', f'--out_dir={b}')    # the rest of the config comes from the checkpoint
     assert r.returncode == 0, r.stderr
+    torn = [line for line in r.stdout.splitlines() if 'cut mid-line' in line]   # said once; the full row 15 is not
+    assert len(torn) == 1 and "'16,0.5'" in torn[0] and 'resumes at step 10' in torn[0], r.stdout
     rows_a, rows_b = read_log(a), read_log(b)
     assert [x['step'] for x in rows_a] == [x['step'] for x in rows_b] == ['0', '5', '10', '15', '20']
     for x, y in zip(rows_a, rows_b):
@@ -495,6 +497,45 @@ def test_a_run_killed_before_its_first_checkpoint_is_replaced(corpus, tmp_path, 
     assert r.returncode == 0, r.stderr
     assert 'never reached its first checkpoint: replacing it' in r.stdout
     assert read_json(out)['finished'] is True and [x['step'] for x in read_log(out)] == ['0', '5', '10']
+
+
+@pytest.mark.parametrize('change, needle', [
+    ('--eval_tokens=256', "--eval_tokens=256 (the run's: 512)"),
+    ('--eval_iters=2', "--eval_iters=2 (the run's: 0)"),
+    ('--block_size=16', "--block_size=16 (the run's: 32)"),
+    ('--data_dir=elsewhere', "--data_dir='elsewhere' (the run's: "),
+])
+def test_resume_keeps_the_runs_evaluation_set(runs, bad_train, change, needle):
+    """A resume that would evaluate on another set (other windows, window length or data) is refused: log.csv
+    would mix losses over two sets under one column. Nothing in the folder changes."""
+    out = runs['dense']
+    bad_train(['--init_from=resume', f'--out_dir={out}', change], needle, 'evaluation set', folders=[out])
+
+
+def test_resume_may_change_what_leaves_the_evaluation_set_alone(runs, tmp_path):
+    """eval_tokens does not count where eval_iters sets the windows, nor batch_size where eval_tokens does: such a
+    resume goes on."""
+    import shutil
+    out = str(tmp_path / 'run')
+    shutil.copytree(runs['dense'], out)
+    cfg, explicit = configurator.configure(['--init_from=resume', f'--out_dir={out}', '--batch_size=8'],
+                                           train.DEFAULTS)
+    saved = run_folder.load_checkpoint(os.path.join(out, 'ckpt.pt'))['config']
+    run_folder.check_eval_set(saved, run_folder.resume_config(saved, cfg, explicit, train.DEFAULTS), train.DEFAULTS)
+    with_iters = dict(saved, eval_iters=2)
+    cfg, explicit = configurator.configure(['--eval_tokens=4096'], train.DEFAULTS)
+    run_folder.check_eval_set(with_iters, run_folder.resume_config(with_iters, cfg, explicit, train.DEFAULTS),
+                              train.DEFAULTS)
+    cfg, explicit = configurator.configure(['--batch_size=8'], train.DEFAULTS)
+    with pytest.raises(configurator.UserError, match='batch_size=8'):
+        run_folder.check_eval_set(with_iters, run_folder.resume_config(with_iters, cfg, explicit, train.DEFAULTS),
+                                  train.DEFAULTS)
+    # the dataset counts where no data_dir names the data: the default run's case
+    in_data = dict(saved, data_dir='', dataset='shakespeare')
+    cfg, explicit = configurator.configure(['--dataset=openwebtext'], train.DEFAULTS)
+    with pytest.raises(configurator.UserError, match="--dataset='openwebtext' \\(the run's: 'shakespeare'\\)"):
+        run_folder.check_eval_set(in_data, run_folder.resume_config(in_data, cfg, explicit, train.DEFAULTS),
+                                  train.DEFAULTS)
 
 
 def test_resume_with_a_different_model(runs, bad_train):
