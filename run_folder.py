@@ -344,6 +344,30 @@ class CPUThreads:
         return threads
 
 
+THREAD_NOTE_HOLD_S = 10.0      # how long a thread count must hold before train.py prints it
+
+
+class ThreadNote:
+    """When train.py prints the thread count that --threads=0 chose. Under a load that changes by the second the
+    count flips at every look (every 2 s), and a line per flip would bury the evaluation lines: a count is printed
+    once it has held `hold` seconds and differs from the count printed last (at the start, the run's own count),
+    and only when the caller allows it (train.py: once per evaluation interval; a count held back is printed at
+    the next chance if it still stands). Called with the count now and the time; returns the count to print, or
+    None."""
+
+    def __init__(self, count, now, hold=None):
+        self.said, self.count, self.since = count, count, now
+        self.hold = THREAD_NOTE_HOLD_S if hold is None else hold
+
+    def __call__(self, count, now, may_say=True):
+        if count != self.count:
+            self.count, self.since = count, now
+        if may_say and count != self.said and now - self.since >= self.hold:
+            self.said = count
+            return count
+        return None
+
+
 def cpu_threads(device_type, threads):
     """train.py's --threads: N > 0 fixes torch's thread count; 0 returns a CPUThreads that adapts it when called.
     Off a CPU nothing changes. Returns a callable: the new thread count when it just changed, else None."""

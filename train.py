@@ -547,6 +547,7 @@ def train_run(argv, lock):
     resumed_at = iter_num if run.resume or run.branch else -1     # its evaluation is already logged
     t_mark, tok_mark, t_eval_end = time.time(), iter_num * run.tokens_per_iter, time.time()
     share_cpu = run_folder.cpu_threads(run.device_type, cfg.threads)
+    thread_note, said_since_eval = run_folder.ThreadNote(torch.get_num_threads(), time.time()), False
     while True:
         # evaluate, append a row to log.csv, then write the checkpoint (the row first: a kill in between loses the
         # row on resume, never the checkpoint's step)
@@ -574,6 +575,7 @@ def train_run(argv, lock):
             since_eval.zero_()
             since_eval_steps = 0
             t_eval_end = time.time()
+            said_since_eval = False
         if iter_num in run.save_steps:             # --save_steps: a copy kept as out_dir/ckpt_S.pt, for branching
             total = since_eval.clone()
             if run.ddp:
@@ -626,8 +628,10 @@ def train_run(argv, lock):
             tok_s = (iter_num * run.tokens_per_iter - tok_mark) / (now - t_mark)
             bar.set_postfix(loss=f"{mean:.4f}", tok_s=f"{tok_s:,.0f}")
             t_mark, tok_mark = now, iter_num * run.tokens_per_iter
-        threads = share_cpu()
+        share_cpu()
+        threads = thread_note(torch.get_num_threads(), time.time(), may_say=not said_since_eval)
         if threads and run.master:
+            said_since_eval = True
             tqdm.write(f"step {iter_num:>6}: CPU threads -> {threads} (the cores other processes leave free; "
                        f"--threads=N fixes the count)")
         if cfg.stop_iter and iter_num == cfg.stop_iter and iter_num < run.n_iters:

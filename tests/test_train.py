@@ -825,11 +825,26 @@ def test_cpu_threads_follow_a_busy_neighbour():
         torch.set_num_threads(before)
 
 
+def test_a_thread_count_is_printed_once_it_has_held():
+    """The load changes by the second and --threads=0 follows it at every look: a count is printed only once it
+    has held THREAD_NOTE_HOLD_S seconds, never twice the same, and at most once where the caller allows one line
+    (train.py: once per evaluation interval); one held back is printed at the next chance if it still stands."""
+    note = run_folder.ThreadNote(2, now=0.0, hold=10.0)
+    flips = [(t, 1 if (t // 2) % 2 else 2) for t in range(0, 30, 2)]     # 2, 1, 2, 1, ... every look: never held
+    assert [note(c, float(t)) for t, c in flips] == [None] * len(flips)
+    assert note(1, 30.0) is None and note(1, 39.0) is None and note(1, 40.0) == 1   # held 10 s: said once
+    assert note(1, 60.0) is None                                                    # not again
+    assert note(2, 62.0) is None and note(2, 72.0, may_say=False) is None           # held, but not allowed yet
+    assert note(2, 80.0) == 2
+    assert note(1, 82.0) is None and note(2, 84.0) is None and note(2, 100.0) is None   # back to the said count
+
+
 def test_train_gives_the_thread_count_back(corpus, tmp_path, monkeypatch, capsys):
-    """train.main in a caller's process: a change of thread count is printed, and whatever --threads did during
-    the run, the caller's count is restored."""
+    """train.main in a caller's process: a change of thread count is printed (here with no hold), and whatever
+    --threads did during the run, the caller's count is restored."""
     before = torch.get_num_threads()
     monkeypatch.setattr(run_folder.CPUThreads, '__call__', lambda self: torch.set_num_threads(1) or 1)
+    monkeypatch.setattr(run_folder, 'THREAD_NOTE_HOLD_S', 0.0)
     torch.set_num_threads(2)
     try:
         rc = train.main([f'--data_dir={corpus}', f'--out_dir={tmp_path / "t"}'] + TINY[:4] + ['--max_iters=2',
