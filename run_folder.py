@@ -10,6 +10,7 @@ run_folder.py: the run folder's machinery, which a reader of train.py does not n
 """
 import contextlib
 import csv
+import difflib
 import fcntl
 import glob
 import io
@@ -474,6 +475,13 @@ def find_data(cfg, ddp):
         except (DataError, OSError) as e:
             raise UserError(f"could not prepare the default dataset: {one_line(e)}") from None
         missing = []
+    if missing and not cfg.data_dir and not os.path.isdir(folder):
+        known = sorted(d for d in os.listdir(os.path.join(ROOT, 'data'))
+                       if os.path.isdir(os.path.join(ROOT, 'data', d)) and not d.startswith(('_', '.')))
+        best = difflib.get_close_matches(cfg.dataset, known, n=1)
+        if best:
+            raise UserError(f"no dataset {cfg.dataset!r} (no folder data/{cfg.dataset}/); did you mean "
+                            f"--dataset={best[0]}?")
     if missing:
         script = os.path.join('data', cfg.dataset, 'prepare.py')
         if cfg.data_dir:

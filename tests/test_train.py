@@ -309,13 +309,16 @@ def test_ddp_two_processes_match_one(corpus, tmp_path):
 
 def test_ddp_bad_accumulation_is_refused_once(corpus, tmp_path):
     """A --gradient_accumulation_steps the world size does not divide: every rank refuses it, rank 0 alone says so
-    (one line), and the folder stays empty."""
+    (one line), and the folder stays empty. torchrun's failure report, some 40 lines printed after that line,
+    ends with it again (its root cause's message), where a reader of the terminal sees it."""
     r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', TRAIN,
                         f'--data_dir={corpus}', *TINY, '--gradient_accumulation_steps=3', f'--out_dir={tmp_path}'],
                        capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
     assert r.returncode != 0
-    ours = [line for line in (r.stdout + r.stderr).splitlines() if 'train.py: error' in line]
+    ours = [line for line in (r.stdout + r.stderr).splitlines() if line.startswith('train.py: error')]
     assert len(ours) == 1 and 'not a multiple of the world size 2' in ours[0], r.stderr[-2000:]
+    last = [line.strip() for line in r.stderr.strip().splitlines()[-3:]]
+    assert f'traceback : {ours[0]}' in last, r.stderr[-2000:]
     assert os.listdir(tmp_path) == []
 
 
@@ -434,6 +437,8 @@ def test_bad_arguments_subprocess(runs):
 
 def test_missing_dataset(tmp_path, bad_train):
     bad_train(['--dataset=no_such_dataset'], 'no_such_dataset', 'prepare')
+    bad_train(['--dataset=shakespear'], "no dataset 'shakespear'", 'did you mean --dataset=shakespeare?')
+    bad_train(['--dataset=openwebtxt'], 'did you mean --dataset=openwebtext?')
     bad_train([f'--data_dir={tmp_path}'], 'train.bin', 'prepare.py --input')
     if not os.path.exists(os.path.join(ROOT, 'data', 'openwebtext', 'train.bin')):
         bad_train(['--dataset=openwebtext'], 'python data/openwebtext/prepare.py')
@@ -853,3 +858,18 @@ def test_train_gives_the_thread_count_back(corpus, tmp_path, monkeypatch, capsys
         assert 'step      1: CPU threads -> 1' in capsys.readouterr().out    # looked at after each step
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize('script', ['train.py --help', 'sample.py --help', 'bench.py --help', 'sweep.py --help',
+                                    'downstream.py --help', 'fit_law.py --help', 'xmod.py'])
+def test_a_reader_that_stops_early_gets_no_traceback(script):
+    """`python train.py --help | head -1`: the reader closes the pipe before the script has written everything.
+    Here the pipe has no reader at all, so the first write meets it every time: exit 0, nothing on stderr."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([sys.executable, *script.split()], stdout=w, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                           env=ENV, timeout=120)
+    finally:
+        os.close(w)
+    assert p.returncode == 0 and p.stderr == '', p.stderr
