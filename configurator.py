@@ -253,3 +253,17 @@ def autocast(name, device_type, cuda_fallback='float16', choices=ANY_DTYPE):
     ctx = contextlib.nullcontext() if dtype == 'float32' else torch.autocast(device_type=device_type,
                                                                              dtype=DTYPES[dtype])
     return dtype, ctx
+
+
+def cpu_lacks_matrix_instructions(dtype):
+    """Whether this CPU multiplies dtype's matrices without instructions made for them (bfloat16: AVX512-BF16 or
+    AMX; float16: AVX512-FP16 or AMX-FP16, as oneDNN sees them). Without them torch falls back to a kernel that
+    takes 6-70x float32's time per matmul, and a short run of the default model 8x (docs/gpu.md).
+    False for float32; None where this torch does not say."""
+    if dtype == 'float32':
+        return False
+    check = {'bfloat16': '_is_mkldnn_bf16_supported', 'float16': '_is_mkldnn_fp16_supported'}[dtype]
+    try:
+        return not getattr(torch.ops.mkldnn, check)()
+    except (AttributeError, RuntimeError):
+        return None

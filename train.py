@@ -37,7 +37,8 @@ from tqdm import tqdm
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # xmod.py, configurator.py and data/ live here
 import run_folder                     # checkpoints, log.csv, run.json; the checks of a config, finding the data
 import xmod
-from configurator import LossDiverged, UserError, autocast, configure, defaults_of, one_line, pick_device, run_main
+from configurator import (LossDiverged, UserError, autocast, configure, cpu_lacks_matrix_instructions, defaults_of,
+                          one_line, pick_device, run_main)
 from xmod import GPT, GPTConfig
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -469,6 +470,11 @@ def start_run(run, raw_model, iter_num):
           f"{run.n_iters * run.tokens_per_iter / 1e6:.2f}M tokens, {3 * run.fpt * run.n_iters * run.tokens_per_iter:.3g}"
           f" FLOPs; device {run.dev} {run.dtype}{f' x {run.world_size} ranks' if run.ddp else ''}; out_dir "
           f"{cfg.out_dir}" + (f"; resuming at step {iter_num}" if run.resume else ''))
+    slow = run.device_type == 'cpu' and cpu_lacks_matrix_instructions(run.dtype)
+    if slow is not False:         # None: torch cannot tell
+        which = 'this CPU has' if slow else 'on a CPU with'
+        print(f"note: {which} no matrix instructions for {run.dtype}, training takes 8x float32's time or more "
+              f"(docs/gpu.md): --dtype={run.dtype} on a CPU is for testing the GPU path, float32 trains faster")
     if run.branch and not run.resume:
         sched = (f"; its cooldown starts at step {cooldown_start(cfg, run.schedule_iters):,}"
                  if cfg.lr_schedule == 'wsd' else '')

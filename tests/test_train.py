@@ -860,6 +860,21 @@ def test_train_gives_the_thread_count_back(corpus, tmp_path, monkeypatch, capsys
         torch.set_num_threads(before)
 
 
+def test_low_precision_on_a_cpu_without_its_instructions_says_it_is_slow(corpus, tmp_path, monkeypatch, capsys,
+                                                                      one_thread):
+    """--dtype=bfloat16 (or float16) on a CPU that has no matrix instructions for it: one line says training takes
+    8x float32's time or more; on a CPU that has them, and in float32, no such line."""
+    args = [f'--data_dir={corpus}', '--model=dense'] + TINY[:4] + ['--max_iters=1', '--eval_interval=1',
+                                                                   '--eval_tokens=64', '--dtype=bfloat16']
+    for lacks, said in ((True, 1), (False, 0), (None, 1)):
+        monkeypatch.setattr(train, 'cpu_lacks_matrix_instructions', lambda dtype, lacks=lacks: lacks)
+        assert train.main(args + [f'--out_dir={tmp_path / str(lacks)}']) == 0
+        lines = [line for line in capsys.readouterr().out.splitlines() if "8x float32's time or more" in line]
+        assert len(lines) == said and all('bfloat16' in line for line in lines)
+    assert configurator.cpu_lacks_matrix_instructions('float32') is False
+    assert configurator.cpu_lacks_matrix_instructions('bfloat16') in (True, False, None)
+
+
 @pytest.mark.parametrize('script', ['train.py --help', 'sample.py --help', 'bench.py --help', 'sweep.py --help',
                                     'downstream.py --help', 'fit_law.py --help', 'xmod.py'])
 def test_a_reader_that_stops_early_gets_no_traceback(script):
