@@ -67,7 +67,7 @@ prompt = 64               # decode: prompt length
 compile = False           # also time torch.compile(fullgraph=True) of the train and eval phases
 extras = True             # also fast vs naive paths (MoE model; one routed layer) and dense vs a nanoGPT-shaped GPT
 contention = False        # instead: the train phase under each CPU setting, alone and beside one busy process
-profile = False           # also print each row's torch.profiler table (aten ops by self CPU time, one measurement)
+profile = False           # also print each row's torch.profiler table (aten ops by self CPU time; train: forward, backward, optimizer ms a step; one measurement)
 json = ''                 # write the rows as JSON to this path (also: --json PATH)
 peak_tflops = 0.0         # the device's peak for MFU (0 = auto: 989 for H100/H200 in bf16, the datasheets' dense rate)
 # -----------------------------------------------------------------------------------------------------------------
@@ -122,13 +122,15 @@ def timer(phase, model, fwd, x, y, opt, ctx, dev, cfg):
     """A function that runs `steps` units of `phase` and returns (seconds, tokens)."""
     def train():
         for _ in range(cfg.steps):
-            with ctx:
+            with torch.profiler.record_function('forward'), ctx:     # --profile: each part's time per step
                 out = fwd(x, y, return_aux=True) if isinstance(model, GPT) else fwd(x, y)
             opt.zero_grad(set_to_none=True)
-            out[1].backward()
-            if isinstance(model, GPT):
-                model.calibrate([out[2]['layers']])
-            opt.step()
+            with torch.profiler.record_function('backward'):
+                out[1].backward()
+            with torch.profiler.record_function('optimizer'):
+                if isinstance(model, GPT):
+                    model.calibrate([out[2]['layers']])
+                opt.step()
         return cfg.steps * x.numel()
 
     def eval_causal():
@@ -415,7 +417,12 @@ def bench(argv):
     if cfg.profile:                                  # where the time goes, row by row
         for r, row in zip(rows, out):                # the aten_calls measurement's profile
             print(f"\nprofile: {row['model']} {row['impl']} T={row['T']} {row['phase']} ({cfg.steps} steps)")
-            print(r['prof'].key_averages().table(sort_by='self_cpu_time_total', row_limit=12))
+            events = r['prof'].key_averages()
+            parts = {e.key: e.cpu_time_total / 1e3 / cfg.steps for e in events
+                     if e.key in ('forward', 'backward', 'optimizer')}
+            if parts:
+                print('per step: ' + ', '.join(f"{k} {v:,.1f} ms" for k, v in parts.items()))
+            print(events.table(sort_by='self_cpu_time_total', row_limit=12))
     if cfg.json:
         with open(cfg.json, 'w') as f:
             jsonlib.dump(out, f, indent=1)

@@ -7,6 +7,7 @@ user-error type, `run_main`, which turns them into one line on stderr, and what 
 import builtins
 import contextlib
 import difflib
+import json
 import os
 import sys
 import time
@@ -55,6 +56,16 @@ def run_main(prog, fn, argv=None, interrupted=''):
             torch.distributed.destroy_process_group()
 
 
+def print_for_a_reader(text):
+    """Print text on stdout, where a reader may stop early (`--help | head -1` closes the pipe): that is no error,
+    so the rest goes nowhere instead of ending in a BrokenPipeError traceback."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # Python flushes stdout once more at exit, which would raise again: point stdout at /dev/null first
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 RANK_GRACE_S = 10       # how long a torchrun rank other than 0 keeps quiet about an error (see say)
 
 
@@ -67,6 +78,13 @@ def say(line):
         time.sleep(RANK_GRACE_S)
         line = f"[rank {rank}] {line}"
     print(line, file=sys.stderr)
+    # torchrun then prints its own failure report, a traceback and some 40 lines after this one; the report ends
+    # with the root cause's message, read from the file torchrun names here: the same line goes there, last
+    error_file = os.environ.get('TORCHELASTIC_ERROR_FILE')
+    if error_file:
+        with contextlib.suppress(OSError):
+            with open(error_file, 'w') as f:
+                json.dump({'message': line, 'timestamp': str(int(time.time()))}, f)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -158,7 +176,7 @@ def configure(argv, defaults, doc='', source=None, config_dir=os.path.join(ROOT,
     cfg, explicit = dict(defaults), set()
     for arg in argv:
         if arg in ('-h', '--help'):
-            print(usage(doc, defaults, source, files and positional is None))
+            print_for_a_reader(usage(doc, defaults, source, files and positional is None))
             sys.exit(EXIT_OK)
         if not arg.startswith('--'):
             if positional is not None:
@@ -235,3 +253,17 @@ def autocast(name, device_type, cuda_fallback='float16', choices=ANY_DTYPE):
     ctx = contextlib.nullcontext() if dtype == 'float32' else torch.autocast(device_type=device_type,
                                                                              dtype=DTYPES[dtype])
     return dtype, ctx
+
+
+def cpu_lacks_matrix_instructions(dtype):
+    """Whether this CPU multiplies dtype's matrices without instructions made for them (bfloat16: AVX512-BF16 or
+    AMX; float16: AVX512-FP16 or AMX-FP16, as oneDNN sees them). Without them torch falls back to a kernel that
+    takes 6-70x float32's time per matmul, and a short run of the default model 8x (docs/gpu.md).
+    False for float32; None where this torch does not say."""
+    if dtype == 'float32':
+        return False
+    check = {'bfloat16': '_is_mkldnn_bf16_supported', 'float16': '_is_mkldnn_fp16_supported'}[dtype]
+    try:
+        return not getattr(torch.ops.mkldnn, check)()
+    except (AttributeError, RuntimeError):
+        return None

@@ -362,16 +362,10 @@ def select_terms(fit, test, identified):
                         cv_rmse_with=w['cv_rmse'], cv_rmse_without=wo['cv_rmse'],
                         heldout_rmse_with=w['heldout_rmse'], heldout_rmse_without=wo['heldout_rmse'])
     dropped = [t for t in identified if t not in kept]
-    weak = [t for t in base if not terms[t]['beats_removal']]
-    summary = (f'Kept: {", ".join(kept)}. Dropped, not beating their removal: '
-               f'{", ".join(t for t in dropped if t in testable) or "none"}.'
-               + ''.join(f' Dropped, no held-out test: {t} (one configuration alone pins it down).' for t in dropped
-                         if t not in testable)
-               + (f' Base terms that do not beat their removal either, kept as the abstract\'s: {", ".join(weak)}.'
-                  if weak else ''))
+    selection = dict(kept=kept, dropped=dropped, terms=terms)
     return kept, dict(rule=f'a candidate term stays only if the leave-one-configuration-out RMSE of Delta without it '
                       f'is more than {SELECT_MARGIN:.0%} worse than with it; base terms always stay',
-                      margin=SELECT_MARGIN, forms=forms, terms=terms, kept=kept, dropped=dropped, summary=summary)
+                      margin=SELECT_MARGIN, forms=forms, **selection, summary=report.form_sentence(selection))
 
 
 SAT_BETAS = (0.25, 0.5, 1.0, 2.0)   # exponents tried for the saturating budget term

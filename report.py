@@ -414,9 +414,89 @@ def md_table(header, rows):
     return '\n'.join(lines)
 
 
+# What each term's sign means. Delta = L(X-MoD) - L(its FLOP-matched dense partner): above 0, X-MoD is behind.
+SIGNS = {'capacity_gain': 'enters with a minus sign: > 0, X-MoD is ahead (Delta falls by it per unit log rho, at T0 '
+                          'and s0); < 0, X-MoD is behind',
+         'context_correction': '> 0: X-MoD loses ground at longer contexts (per unit log rho and log(T/T0))',
+         'stride_interaction': '> 0: X-MoD loses ground at larger strides (per unit log rho and log(s/s0))',
+         'budget_correction': '> 0: X-MoD loses ground with more training tokens (per unit log rho and log(D/D0))',
+         'size_correction': '> 0: X-MoD loses ground at larger sizes (per unit log rho and log(N_act/N0))',
+         'budget_offset': '> 0: Delta grows with the training tokens whatever rho (per unit log(D/D0))'}
+
+
+def form_sentence(sel):
+    """The selection's verdict in words (fit_law.select_terms): the abstract's terms stay whatever their score,
+    candidate terms only when they beat their removal."""
+    terms = sel['terms']
+    base = [t for t in sel['kept'] if terms[t]['base']]
+    cands = [t for t in sel['kept'] if not terms[t]['base']]
+    weak = [t for t in base if not terms[t]['beats_removal']]
+    their = lambda ts: 'its' if len(ts) == 1 else 'their'
+    said = ('; none of them beats its removal here' if weak and weak == base else
+            f'; of them, {", ".join(weak)} {"does" if len(weak) == 1 else "do"} not beat {their(weak)} removal here'
+            if weak else f'; each beats its removal')
+    kept = f"Kept: the abstract's terms, which stay whatever their score ({', '.join(base)}{said})" + (
+        f', and {", ".join(cands)}, beating {their(cands)} removal' if cands else '')
+    beaten = [t for t in sel['dropped'] if terms[t]['cv_testable']]
+    dropped = ([f'{", ".join(beaten)}, not beating {their(beaten)} removal'] if beaten else []) + [
+        f'no held-out test: {t} (one configuration alone pins it down)' for t in sel['dropped']
+        if not terms[t]['cv_testable']]
+    return f'{kept}. Dropped: {"; ".join(dropped) or "none"}.'
+
+
+def mean_se(values):
+    """(mean, one standard error or None for a single value)."""
+    v = np.asarray(values, dtype=float)
+    return float(v.mean()), (float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else None)
+
+
+def conclusion(result, runs):
+    """summary.md's opening paragraph: what the fit says, in plain words, for the primary metric. Delta at the
+    reference configuration over seeds, Delta over all fitted pairs, the gain's sign, and whether any term predicts
+    left-out configurations better than a constant Delta."""
+    m, rel = result['metric'], result['relative']
+    bm = result['by_metric'][m]
+    pairs = [r for r in runs if r['variant'] == 'xmod' and r.get('partner') and not r['heldout']]
+    if not pairs:
+        return 'No full X-MoD run has a FLOP-matched dense partner here: there is no Delta to conclude about.\n'
+    delta = lambda r: r['loss'][m] - r['partner']['loss'][m]
+    ref = [r for r in pairs if r['stride'] == rel['s0'] and r['T'] == rel['T0'] and
+           abs(r['tokens'] - rel['D0']) <= 0.01 * rel['D0'] and r['partner']['params_total'] == rel['N0']]
+    where = lambda d: 'behind' if d > 0 else 'ahead of'
+    s = []
+    if ref:
+        d, se = mean_se([delta(r) for r in ref])
+        spread = (f' ± {se:.4f}; mean ± one standard error over {len(ref)} pairs, seeds '
+                  f'{", ".join(str(x) for x in sorted({r["seed"] for r in ref}))}' if se is not None else '; one pair')
+        s.append(f'At the reference configuration (stride {rel["s0"]}, T={rel["T0"]}, {rel["D0"] / 1e6:g}M tokens, '
+                 f'a dense partner of {rel["N0"]:,} parameters), X-MoD is {where(d)} its FLOP-matched dense model by '
+                 f'{abs(d):.4f} (Delta = {d:+.4f}{spread}; {m}' + (
+                     '; within two standard errors of zero' if se is not None and abs(d) <= 2 * se else '') + ').')
+    ds = [delta(r) for r in pairs]
+    d, _ = mean_se(ds)
+    s.append(f'Over all {len(pairs)} fitted pairs Delta averages {d:+.4f} (from {min(ds):+.4f} to {max(ds):+.4f}; '
+             f'the seed noise of Delta is {fmt(bm["metrics"]["seed_noise"]["delta_std"])}); Delta > 0 means X-MoD '
+             f'is behind.')
+    g = bm['relative']['coefficients']['capacity_gain']['value']
+    if g is not None:
+        s.append(f'The fitted capacity_gain is {g:+.4g}: ' + ('negative, so X-MoD is behind' if g < 0 else
+                                                              'positive, so X-MoD is ahead')
+                 + f' by {abs(g):.4f} per unit log rho at T0 and s0.')
+    null = (bm['metrics'].get('budget_forms') or {}).get('constant Delta (null)') or {}
+    law, terms = (bm['metrics']['cv'] or {}).get('delta_rmse'), ', '.join(bm['relative'].get('active_terms', []))
+    if law is not None and null.get('cv_rmse') is not None:
+        s.append(f'No term beats a constant Delta held out: leaving one configuration out at a time, a constant Delta '
+                 f'predicts it to RMSE {null["cv_rmse"]:.4f}, the fitted law ({terms}) to {law:.4f}.'
+                 if null['cv_rmse'] <= law else
+                 f'The fitted law ({terms}) predicts left-out configurations better than a constant Delta: RMSE '
+                 f'{law:.4f} against {null["cv_rmse"]:.4f}, leaving one configuration out at a time.')
+    return ' '.join(s) + '\n'
+
+
 def summary_md(result, runs):
     bm, metrics, i = result['by_metric'], list(result['by_metric']), result['inputs']
-    s = [f'# X-MoD scaling-law fit\n', f'Primary metric: `{result["metric"]}`. Inputs: {i["n_runs"]} finished runs '
+    s = [f'# X-MoD scaling-law fit\n', conclusion(result, runs),
+         f'Primary metric: `{result["metric"]}`. Inputs: {i["n_runs"]} finished runs '
          f'({", ".join(f"{k} {v}" for k, v in i["variants"].items())}), {i["n_heldout"]} held out'
          + (f' by `{i["holdout"]}`' if i['holdout'] else ' (no --holdout)') + '.\n']
     if result['warnings']:
@@ -430,13 +510,14 @@ def summary_md(result, runs):
     s.append(md_table(['', *(f'{m} (95% CI)' for m in metrics)], rows) + '\n')
     rel = result['relative']
     s.append(f'## Relative law (full X-MoD vs FLOP-matched dense)\n\n`{rel["form"]}`, T0={rel["T0"]}, '
-             f's0={rel["s0"]}, D0={rel["D0"]:g}, N0={rel["N0"]:g}\n')
+             f's0={rel["s0"]}, D0={rel["D0"]:g}, N0={rel["N0"]:g}. Delta = L(X-MoD) - L(dense partner): above 0, '
+             f'X-MoD is behind.\n')
     rows = [[t] + [with_interval(c['value'], c['ci_low'], c['ci_high'], '.5g') if c['value'] is not None
                    else f'not fitted: {c["note"]}' for c in (bm[m]['relative']['coefficients'][t] for m in metrics)]
-            for t in rel['coefficients']]
+            + [SIGNS.get(t, '')] for t in rel['coefficients']]
     rows.append(['pairs (fit / held out)'] + [f'{bm[m]["relative"]["n_pairs"]} / {bm[m]["relative"]["n_heldout_pairs"]}'
-                                               for m in metrics])
-    s.append(md_table(['term', *(f'{m} (95% CI)' for m in metrics)], rows) + '\n')
+                                               for m in metrics] + [''])
+    s.append(md_table(['term', *(f'{m} (95% CI)' for m in metrics), 'its sign'], rows) + '\n')
     s.append('## Errors\n')
     keys = [('fit', 'rmse', 'Delta RMSE (fit)'), ('fit', 'r2', 'Delta R^2 (fit)'),
             ('cv', 'delta_rmse', 'Delta RMSE (leave-one-config-out)'),
@@ -530,7 +611,7 @@ def selection_md(bm):
         return ''
     rule = next(x['rule'] for x in sel.values() if x)
     s = ['## Form selection by held-out error\n', f'Rule: {rule}.\n']
-    s += [f'- {m}: {x["summary"]}' for m, x in sel.items() if x]
+    s += [f'- {m}: {form_sentence(x)}' for m, x in sel.items() if x]
     rows = [[m, t, 'base' if e['base'] else 'candidate', fmt(e['cv_rmse_with']), fmt(e['cv_rmse_without']),
              fmt(e['heldout_rmse_with']), fmt(e['heldout_rmse_without']), 'yes' if e['beats_removal'] else 'no',
              'yes' if e['kept'] else 'no'] for m, x in sel.items() if x for t, e in x['terms'].items()]
@@ -620,7 +701,7 @@ def print_summary(result, out, n_plots):
         print(f'[{m}] relative ({r["relative"]["n_pairs"]} pairs): {terms}; Delta rmse fit {fmt(fit.get("rmse"))}, '
               f'held out {fmt(held.get("rmse"))} (R^2 {fmt(held.get("r2"))}); seed noise L '
               f'{fmt(r["metrics"]["seed_noise"]["loss_std"])}, Delta {fmt(r["metrics"]["seed_noise"]["delta_std"])}')
-        print(f'[{m}] form: {r["metrics"]["selection"]["summary"]}')
+        print(f'[{m}] form: {form_sentence(r["metrics"]["selection"])}')
         if r['metrics']['goals']:
             print(f'[{m}] held-out goals: ' + '; '.join(goal_texts(r['metrics']['goals'])))
     print(f'wrote {os.path.join(out, "fit.json")}, summary.md and {n_plots} plots')

@@ -10,6 +10,7 @@ run_folder.py: the run folder's machinery, which a reader of train.py does not n
 """
 import contextlib
 import csv
+import difflib
 import fcntl
 import glob
 import io
@@ -241,12 +242,16 @@ def log_rows(path):
 
 
 def truncate_log(path, last_step):
-    """On resume: drop the rows after the checkpoint's step (written after it, before the kill) and any torn
-    last line, so the resumed run appends without duplicates."""
+    """On resume: drop the rows after the checkpoint's step (written after it, before the kill) and a torn last
+    line, so the resumed run appends without duplicates. Returns the torn line's text, or None: a row cut mid-line
+    (the run was killed while writing it) is dropped too, and the caller says so."""
     header, rows = log_rows(path)
     if header is None:
-        return
+        return None
+    with open(path, 'rb') as f:
+        ends_in_newline = f.read().endswith(b'\n')       # a row is written whole, newline last: without it, cut
     n = len(header)
+    torn = rows.pop() if rows and not ends_in_newline else None
 
     def keep(r):
         try:
@@ -260,6 +265,7 @@ def truncate_log(path, last_step):
         csv.writer(buf, lineterminator='\n').writerows(kept)
         f.write(buf.getvalue().encode())
     atomic_write(path, write)
+    return None if torn is None else ','.join(torn)
 
 
 def append_log(path, row):
@@ -339,6 +345,30 @@ class CPUThreads:
         return threads
 
 
+THREAD_NOTE_HOLD_S = 10.0      # how long a thread count must hold before train.py prints it
+
+
+class ThreadNote:
+    """When train.py prints the thread count that --threads=0 chose. Under a load that changes by the second the
+    count flips at every look (every 2 s), and a line per flip would bury the evaluation lines: a count is printed
+    once it has held `hold` seconds and differs from the count printed last (at the start, the run's own count),
+    and only when the caller allows it (train.py: once per evaluation interval; a count held back is printed at
+    the next chance if it still stands). Called with the count now and the time; returns the count to print, or
+    None."""
+
+    def __init__(self, count, now, hold=None):
+        self.said, self.count, self.since = count, count, now
+        self.hold = THREAD_NOTE_HOLD_S if hold is None else hold
+
+    def __call__(self, count, now, may_say=True):
+        if count != self.count:
+            self.count, self.since = count, now
+        if may_say and count != self.said and now - self.since >= self.hold:
+            self.said = count
+            return count
+        return None
+
+
 def cpu_threads(device_type, threads):
     """train.py's --threads: N > 0 fixes torch's thread count; 0 returns a CPUThreads that adapts it when called.
     Off a CPU nothing changes. Returns a callable: the new thread count when it just changed, else None."""
@@ -397,6 +427,32 @@ def check_config(cfg, world_size, explicit):
          f"for an anchor every {cfg.stride} layers use --model=xmod --stride={cfg.stride}")
 
 
+# What fixes a run's evaluation set (train.eval_starts): the data, the window length, and how many windows
+# (eval_tokens, or eval_iters batches of batch_size rows). A resume keeps them: log.csv's losses are comparable
+# from row to row only over one set.
+EVAL_SET_KEYS = ('dataset', 'data_dir', 'block_size', 'eval_tokens', 'eval_iters', 'batch_size')
+
+
+def eval_set(c):
+    """The settings that decide the evaluation set, as comparable values (dataset counts only without data_dir,
+    eval_tokens only without eval_iters, batch_size only with it)."""
+    windows = ('eval_iters', c['eval_iters'], c['batch_size']) if c['eval_iters'] else ('eval_tokens',
+                                                                                          c['eval_tokens'])
+    return c['data_dir'] or ('dataset', c['dataset']), c['block_size'], windows
+
+
+def check_eval_set(saved, cfg, defaults):
+    """A resume that would evaluate on another set than the run's own is refused: log.csv would mix two sets."""
+    was = {k: saved.get(k, defaults[k]) for k in EVAL_SET_KEYS}
+    now = {k: getattr(cfg, k) for k in EVAL_SET_KEYS}
+    if eval_set(was) == eval_set(now):
+        return
+    changed = ', '.join(f"--{k}={now[k]!r} (the run's: {was[k]!r})" for k in EVAL_SET_KEYS if now[k] != was[k])
+    raise UserError(f"{changed} would change the evaluation set of the run in {cfg.out_dir}, and log.csv would mix "
+                    f"losses over two sets: resume with the run's own settings, or start a new run in another "
+                    f"--out_dir")
+
+
 def resume_config(saved, cfg, explicit, defaults):
     """The config of a resumed run: the checkpoint's, with this invocation's session keys and explicit overrides."""
     merged = dict(defaults)
@@ -419,6 +475,13 @@ def find_data(cfg, ddp):
         except (DataError, OSError) as e:
             raise UserError(f"could not prepare the default dataset: {one_line(e)}") from None
         missing = []
+    if missing and not cfg.data_dir and not os.path.isdir(folder):
+        known = sorted(d for d in os.listdir(os.path.join(ROOT, 'data'))
+                       if os.path.isdir(os.path.join(ROOT, 'data', d)) and not d.startswith(('_', '.')))
+        best = difflib.get_close_matches(cfg.dataset, known, n=1)
+        if best:
+            raise UserError(f"no dataset {cfg.dataset!r} (no folder data/{cfg.dataset}/); did you mean "
+                            f"--dataset={best[0]}?")
     if missing:
         script = os.path.join('data', cfg.dataset, 'prepare.py')
         if cfg.data_dir:

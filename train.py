@@ -37,7 +37,8 @@ from tqdm import tqdm
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # xmod.py, configurator.py and data/ live here
 import run_folder                     # checkpoints, log.csv, run.json; the checks of a config, finding the data
 import xmod
-from configurator import LossDiverged, UserError, autocast, configure, defaults_of, one_line, pick_device, run_main
+from configurator import (LossDiverged, UserError, autocast, configure, cpu_lacks_matrix_instructions, defaults_of,
+                          one_line, pick_device, run_main)
 from xmod import GPT, GPTConfig
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -302,6 +303,7 @@ def setup_run(argv, lock=None):
         checkpoint = own or run_folder.load_checkpoint(ckpt_path)
         cfg = run_folder.resume_config(checkpoint['config'], cfg, explicit, DEFAULTS)
         run_folder.check_config(cfg, world_size, explicit)   # again: a resumed config comes from the checkpoint
+        run_folder.check_eval_set(checkpoint['config'], cfg, DEFAULTS)
         branch = checkpoint.get('branch_of')
     elif branch_from:
         if os.path.realpath(os.path.dirname(branch_from) or '.') == os.path.realpath(cfg.out_dir):
@@ -446,7 +448,10 @@ def start_run(run, raw_model, iter_num):
             run_folder.check_new_run(cfg.out_dir, cfg.overwrite, say=False)
     run.lock.write_pid()
     if run.resume:
-        run_folder.truncate_log(run.log_path, iter_num)
+        torn = run_folder.truncate_log(run.log_path, iter_num)
+        if torn is not None:
+            print(f"note: dropped the last row of {run.log_path}, cut mid-line when the run stopped (it began "
+                  f"{torn[:30]!r}); training resumes at step {iter_num} and logs the steps after it again")
     else:
         run_folder.clear_run(cfg.out_dir)          # --overwrite: the old run goes (checked in setup_run)
     run_folder.write_json(run.run_path, info)
@@ -472,6 +477,11 @@ def start_run(run, raw_model, iter_num):
           f"{run.n_iters * run.tokens_per_iter / 1e6:.2f}M tokens, {3 * run.fpt * run.n_iters * run.tokens_per_iter:.3g}"
           f" FLOPs; device {run.dev} {run.dtype}{f' x {run.world_size} ranks' if run.ddp else ''}; out_dir "
           f"{cfg.out_dir}" + (f"; resuming at step {iter_num}" if run.resume else ''))
+    slow = run.device_type == 'cpu' and cpu_lacks_matrix_instructions(run.dtype)
+    if slow is not False:         # None: torch cannot tell
+        which = 'this CPU has' if slow else 'on a CPU with'
+        print(f"note: {which} no matrix instructions for {run.dtype}, training takes 8x float32's time or more "
+              f"(docs/gpu.md): --dtype={run.dtype} on a CPU is for testing the GPU path, float32 trains faster")
     if run.branch and not run.resume:
         sched = (f"; its cooldown starts at step {cooldown_start(cfg, run.schedule_iters):,}"
                  if cfg.lr_schedule == 'wsd' else '')
@@ -555,6 +565,7 @@ def train_run(argv, lock):
     resumed_at = iter_num if run.resume or run.branch else -1     # its evaluation is already logged
     t_mark, tok_mark, t_eval_end = time.time(), iter_num * run.tokens_per_iter, time.time()
     share_cpu = run_folder.cpu_threads(run.device_type, cfg.threads)
+    thread_note, said_since_eval = run_folder.ThreadNote(torch.get_num_threads(), time.time()), False
     while True:
         # evaluate, append a row to log.csv, then write the checkpoint (the row first: a kill in between loses the
         # row on resume, never the checkpoint's step)
@@ -582,6 +593,7 @@ def train_run(argv, lock):
             since_eval.zero_()
             since_eval_steps = 0
             t_eval_end = time.time()
+            said_since_eval = False
         if iter_num in run.save_steps:             # --save_steps: a copy kept as out_dir/ckpt_S.pt, for branching
             total = since_eval.clone()
             if run.ddp:
@@ -635,8 +647,10 @@ def train_run(argv, lock):
             tok_s = (iter_num * run.tokens_per_iter - tok_mark) / (now - t_mark)
             bar.set_postfix(loss=f"{mean:.4f}", tok_s=f"{tok_s:,.0f}")
             t_mark, tok_mark = now, iter_num * run.tokens_per_iter
-        threads = share_cpu()
+        share_cpu()
+        threads = thread_note(torch.get_num_threads(), time.time(), may_say=not said_since_eval)
         if threads and run.master:
+            said_since_eval = True
             tqdm.write(f"step {iter_num:>6}: CPU threads -> {threads} (the cores other processes leave free; "
                        f"--threads=N fixes the count)")
         if cfg.stop_iter and iter_num == cfg.stop_iter and iter_num < run.n_iters:

@@ -1078,13 +1078,15 @@ def zoo(dense=None):
 
 
 if __name__ == '__main__':
+    from configurator import print_for_a_reader       # `python xmod.py | head -3` stops reading early: no traceback
     base = GPTConfig()
-    print(f"Model zoo: n_embd={base.n_embd}, n_head={base.n_head}, block_size={base.block_size}, "
-          f"vocab_size={base.vocab_size} (train.py's defaults). mod and xmod are FLOP-matched (within 2%) to the "
-          f"dense model; moe matches its active parameters (its expert capacity factor {base.expert_capacity_factor} "
-          f"pads FLOPs). Layout: D dense, r routed, E MoE. Params are non-embedding.\n")
-    print("| model | stride | n_layer | capacity | layout | params | active | rho | FLOPs/token |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    lines = [f"Model zoo: n_embd={base.n_embd}, n_head={base.n_head}, block_size={base.block_size}, "
+             f"vocab_size={base.vocab_size} (train.py's defaults). mod and xmod are FLOP-matched (within 2%) to the "
+             f"dense model; moe matches its active parameters (its expert capacity factor "
+             f"{base.expert_capacity_factor} pads FLOPs). Layout: D dense, r routed, E MoE. Params are non-embedding.\n",
+             "| model | stride | n_layer | capacity | layout | params | active | rho | FLOPs/token |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in zoo(base):
-        print(f"| {r['model']} | {r['stride']} | {r['n_layer']} | {r['capacity']} | {r['layout']} | "
-              f"{r['params']:,} | {r['active']:,} | {r['rho']:.2f} | {r['flops'] / 1e6:.2f}M |")
+        lines.append(f"| {r['model']} | {r['stride']} | {r['n_layer']} | {r['capacity']} | {r['layout']} | "
+                     f"{r['params']:,} | {r['active']:,} | {r['rho']:.2f} | {r['flops'] / 1e6:.2f}M |")
+    print_for_a_reader('\n'.join(lines))

@@ -13,6 +13,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, 'tutorial'))
 import exercises  # noqa: E402
+import graders  # noqa: E402
 
 SCRIPT = os.path.join(ROOT, 'tutorial', 'exercises.py')
 ENV = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')
@@ -245,7 +246,7 @@ def test_check_all_on_an_empty_workdir_passes(tmp_path):
     r = cli('check', '--all', '--workdir', str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
     assert f'all {len(exercises.EXERCISES)} exercises pass' in r.stdout
-    assert 'whole model: all 7 checks pass' in r.stdout
+    assert f'whole model: all {len(graders.WHOLE_MODEL)} checks pass' in r.stdout
 
 
 def test_check_all_fails_on_one_blank_and_says_which(tmp_path, capsys):
@@ -301,6 +302,13 @@ WHOLE_COPY_MUTATIONS = [
      'token = idx.flatten()[rows]', 'RoutedBlock.forward_fast_causal'),
     ('the MoE dropping by capacity in causal routing', 'return self.mlp(h, routing)', 'return self.mlp(h)',
      'MoEBlock.ffn'),
+    # initialisation: the twins' checks copy the repository's weights in, only the fresh-model check sees these
+    ('the X-MoD gain initialised to 1/(s-1), not 1/sqrt(s-1)',
+     'self.gain = nn.Parameter(torch.tensor(1.0 / math.sqrt(routed_per_span)))',
+     'self.gain = nn.Parameter(torch.tensor(1.0 / routed_per_span))', 'Router.__init__'),
+    ('the residual projections without their 1/sqrt(2 n_layer)',
+     'nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))',
+     'nn.init.normal_(p, mean=0.0, std=0.02)', 'GPT.__init__'),
 ]
 
 
@@ -325,7 +333,7 @@ def test_check_all_passes_on_an_unmodified_whole_copy(tmp_path, capsys):
     whole_copy(tmp_path)
     rc, out = check_all(tmp_path, capsys)
     assert rc == 0, out
-    assert 'all 15 exercises pass' in out and 'whole model: all 7 checks pass' in out
+    assert 'all 15 exercises pass' in out and f'whole model: all {len(graders.WHOLE_MODEL)} checks pass' in out
     assert '  fail  ' not in out and '  note  ' not in out
     assert exercises.differing('xmod.py', str(tmp_path)) == []
 
@@ -339,7 +347,7 @@ def test_check_all_names_the_function_of_a_mistake_outside_the_exercises(what, o
     whole = out.split('\nwhole model: ')[1]
     fails = [line for line in whole.splitlines() if line.startswith('  fail  ')]
     assert fails and all(f"your copy's {function} differs from the repository's" in line for line in fails), fails
-    assert f'whole model: {len(fails)} of 7 checks fail' in out
+    assert f'whole model: {len(fails)} of {len(graders.WHOLE_MODEL)} checks fail' in out
 
 
 def test_a_check_that_needs_another_function_names_it_and_passes(tmp_path, capsys):

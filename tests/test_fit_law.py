@@ -246,6 +246,9 @@ def test_outputs_written(full_fit):
     assert len(fj['runs']) == 62
     md = open(os.path.join(out, 'summary.md')).read()
     assert 'capacity_gain' in md and '| run |' in md and 'xmod_s8_c0.125_T512_s1' in md
+    opening = md.split('\n\n')[1]            # after the title, before any table: the conclusion in words
+    assert opening.startswith(('At the reference configuration', 'Over all')) and 'fitted pairs Delta' in opening
+    assert '|' not in opening and '| its sign |' in md
     for name in ('loss_vs_flops', 'loss_vs_params', 'pred_vs_obs', 'delta_vs_logrho', 'ablations',
                  'training_curves', 'delta_vs_tokens'):
         assert os.path.getsize(os.path.join(out, f'{name}.png')) > 1000
@@ -457,11 +460,12 @@ def test_zero_width_bootstrap_interval_is_dropped():
 
 def same_numbers(new, old, where='fit.json'):
     """new has old's keys and numbers (to 1e-6), bootstrap intervals aside; keys added since (the candidate terms,
-    the selection, the held-out goals, Delta against tokens) may come with them."""
+    the selection, the held-out goals, Delta against tokens) may come with them. The selection's `summary` is its
+    kept and dropped terms in words, which are compared as lists: its wording may change."""
     if isinstance(old, dict):
         assert set(new) >= set(old), where
         for k in old:
-            if k not in ('ci', 'ci_low', 'ci_high', 'bootstrap'):
+            if k not in ('ci', 'ci_low', 'ci_high', 'bootstrap', 'summary'):
                 same_numbers(new[k], old[k], f'{where}.{k}')
     elif isinstance(old, list):
         assert len(new) == len(old), where
@@ -1061,3 +1065,61 @@ def test_the_adviser_picks_the_configuration_the_law_favours(tmp_path, capsys):
     code = fit_law.main(['--advise', str(tmp_path / 'good'), f'--flops={flops}', '--n_embd=512'])
     err = capsys.readouterr().err
     assert code == 2 and 'params_active' in err and '--n_embd=512' in err
+
+
+# -----------------------------------------------------------------------------
+# summary.md in words: the conclusion first, each term's sign, the form line
+
+def test_the_form_line_never_contradicts_itself():
+    term = lambda base, beats, testable=True: dict(base=base, beats_removal=beats, cv_testable=testable)
+    sel = dict(kept=['capacity_gain', 'context_correction', 'stride_interaction'],
+               dropped=['budget_correction', 'budget_offset'],
+               terms={'capacity_gain': term(True, False), 'context_correction': term(True, False),
+                      'stride_interaction': term(True, False), 'budget_correction': term(False, False),
+                      'budget_offset': term(False, False, testable=False)})
+    line = report.form_sentence(sel)
+    assert line == ("Kept: the abstract's terms, which stay whatever their score (capacity_gain, context_correction, "
+                    "stride_interaction; none of them beats its removal here). Dropped: budget_correction, not beating "
+                    "its removal; no held-out test: budget_offset (one configuration alone pins it down).")
+    sel['terms']['capacity_gain']['beats_removal'] = True
+    sel['kept'].append('budget_correction')
+    sel['dropped'].remove('budget_correction')
+    sel['terms']['budget_correction']['beats_removal'] = True
+    line = report.form_sentence(sel)
+    assert ('of them, context_correction, stride_interaction do not beat their removal here), and budget_correction, '
+            'beating its removal. Dropped: no held-out test: budget_offset') in line
+    kept, dropped = line.split('. Dropped: ')
+    assert all((t in kept) != (t in dropped) for t in sel['terms']), line     # each term kept or dropped, never both
+
+
+def conclusion_inputs(deltas_ref, deltas_other, gain, null_cv, law_cv):
+    """A fit's result and runs as report.conclusion reads them: X-MoD pairs at the reference configuration (one a
+    seed) and elsewhere (stride 8)."""
+    m = 'val_loss_causal'
+    dense = dict(params_total=787_584, loss={m: 1.60})
+    runs = [dict(variant='xmod', heldout=False, stride=4 if i < len(deltas_ref) else 8, T=128, tokens=2_000_000,
+                 seed=i, partner=dense, loss={m: 1.60 + d}) for i, d in enumerate(deltas_ref + deltas_other)]
+    runs.append(dict(variant='dense', heldout=False, partner=None, loss={m: 1.60}))
+    metrics = dict(seed_noise=dict(delta_std=0.01), cv=dict(delta_rmse=law_cv),
+                   budget_forms={'constant Delta (null)': dict(cv_rmse=null_cv)})
+    rel = dict(coefficients={'capacity_gain': dict(value=gain)}, active_terms=list(fit_law.BASE_TERMS))
+    result = dict(metric=m, relative=dict(s0=4, T0=128, D0=2_000_000, N0=787_584),
+                  by_metric={m: dict(metrics=metrics, relative=rel)})
+    return result, runs
+
+
+def test_summary_opens_with_its_conclusion_in_words():
+    """X-MoD behind at the reference pair by the mean over seeds ± one standard error, the mean over all pairs, the
+    gain's sign read out, and whether any term beats a constant Delta left out; ahead and within noise said so."""
+    result, runs = conclusion_inputs([0.008, 0.012, 0.010], [0.02], gain=-0.009, null_cv=0.011, law_cv=0.015)
+    text = report.conclusion(result, runs)
+    assert 'X-MoD is behind its FLOP-matched dense model by 0.0100 (Delta = +0.0100 ± 0.0012' in text
+    assert 'over 3 pairs, seeds 0, 1, 2' in text and 'within two standard errors' not in text
+    assert 'Over all 4 fitted pairs Delta averages +0.0125' in text
+    assert 'capacity_gain is -0.009: negative, so X-MoD is behind' in text
+    assert 'No term beats a constant Delta held out' in text and 'RMSE 0.0110, the fitted law' in text
+    result, runs = conclusion_inputs([-0.004, 0.001], [], gain=0.002, null_cv=0.02, law_cv=0.01)
+    text = report.conclusion(result, runs)
+    assert 'ahead of its FLOP-matched dense model by 0.0015 (Delta = -0.0015' in text
+    assert 'within two standard errors of zero' in text and 'positive, so X-MoD is ahead' in text
+    assert 'predicts left-out configurations better than a constant Delta: RMSE 0.0100 against 0.0200' in text

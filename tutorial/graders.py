@@ -925,6 +925,56 @@ def calibration_problem(m, ref, theirs, ours):
             return f'after calibrate, {name} is {float(mine[name]):.5g}, the repository\'s {float(expected[name]):.5g}'
 
 
+INIT_SIGMAS = 6         # a fresh tensor's mean or std this many standard errors off the repository's: a wrong init
+
+
+def init_shape(model):
+    """twin_shape, 64 wide: enough numbers in each weight for its mean and std to tell a wrong init from sampling
+    error (a 64 x 64 matrix's std to about 2%)."""
+    return dict(twin_shape(model, 'fast'), n_embd=64)
+
+
+def fresh(module, model, seed):
+    """The state_dict of a freshly initialised GPT of `module`'s, drawn from this seed."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return module.GPT(module.GPTConfig(**init_shape(model))).state_dict()
+
+
+def shown(t):
+    return f'{float(t):.4g}' if t.numel() == 1 else f'mean {float(t.mean()):.3g}, std {float(t.std()):.3g}'
+
+
+def init_problem(m, ref, model):
+    """A fresh GPT of the copy against a fresh one of the repository's (the twins' checks copy the repository's
+    weights into the copy's model, so they never see how the copy initialises them): the same tensor names and
+    shapes; each tensor that the repository sets whatever the seed (gains, thresholds, norms' weights, tables) the
+    same; each drawn at random with its mean and std within INIT_SIGMAS standard errors of the repository's."""
+    mine, ours, again = fresh(m, model, 0), fresh(ref, model, 0), fresh(ref, model, 1)
+    shapes = lambda sd: {k: tuple(v.shape) for k, v in sd.items()}
+    if shapes(mine) != shapes(ours):
+        other = sorted(set(shapes(mine).items()) ^ set(shapes(ours).items()))
+        return f"a fresh GPT of your copy has other tensors than the repository's (name, shape): {other[:4]}"
+    for name, expected in ours.items():
+        got, expected = mine[name].double(), expected.double()
+        if torch.equal(expected, again[name].double()):         # not drawn: a constant or a formula
+            if not same(got, expected, atol=1e-6, rtol=1e-6):
+                return f"{name} of a fresh model is {shown(got)}, the repository's {shown(expected)}"
+            continue
+        n, sd = expected.numel(), float(expected.std())
+        if (abs(float(got.mean() - expected.mean())) > INIT_SIGMAS * sd * math.sqrt(2 / n) or
+                abs(float(got.std()) - sd) > INIT_SIGMAS * sd / math.sqrt(n)):
+            return (f"{name} of a fresh model is drawn with {shown(got)}, the repository's {shown(expected)}: "
+                    f"more than sampling error")
+
+
+def initialisation(m, ref):
+    for model in ('dense', 'mod', 'xmod', 'moe'):                  # the init does not depend on impl
+        found = init_problem(m, ref, model)
+        if found:
+            raise Fail(f'{model}: {found}')
+
+
 WHOLE_MODEL = [
     ('logits and loss in top-k routing (training)', lambda m, ref: each_family(m, ref, forward_problem('topk'))),
     ('logits and loss in causal routing (sampling, honest validation)',
@@ -937,4 +987,6 @@ WHOLE_MODEL = [
     ('cached generation: prefill, decode_next, generate', lambda m, ref: each_family(m, ref, generation_problem)),
     ('the causal thresholds after a calibration step (GPT.calibrate)',
      lambda m, ref: each_family(m, ref, calibration_problem)),
+    ("initialisation: a fresh GPT against a fresh one of the repository's (names, shapes, each tensor's mean and "
+     "std, the scalars)", initialisation),
 ]
