@@ -117,6 +117,7 @@ def test_end_to_end(runs, model):
     header = list(rows[0])
     assert tuple(header[:len(run_folder.LOG_COLUMNS)]) == run_folder.LOG_COLUMNS
     assert [int(r['step']) for r in rows] == [0, 5, 10]
+    assert 'mfu' in header and all(r['mfu'] == '' for r in rows)      # on the CPU: no known peak, no MFU
     info = read_json(out)
     for k in RUN_JSON_KEYS:
         assert k in info, k
@@ -169,6 +170,11 @@ def test_eval_set_is_fixed_and_spans_the_split():
     few = train.eval_starts(10_001, 100, 1000)                 # 10 evenly spaced windows, start to end
     assert len(few) == 10 and few[0] == 0 and few[-1] == 10_001 - 101
     assert train.eval_starts(101, 100, 0) == [0]
+    # whole batches of 4 (the remainder dropped, the split still spanned); fewer windows than a batch: all of them
+    whole = train.eval_starts(10_001, 100, 1000, batch_size=4)
+    assert len(whole) == 8 and whole[0] == 0 and whole[-1] == 10_001 - 101
+    assert train.eval_starts(10_001, 100, 300, batch_size=4) == train.eval_starts(10_001, 100, 300)
+    assert train.eval_starts(10_001, 100, 800, batch_size=4) == train.eval_starts(10_001, 100, 800)
 
 
 def test_config_file_and_overrides(tmp_path):
@@ -376,6 +382,44 @@ def test_sample(runs):
 # -----------------------------------------------------------------------------------------------------------------
 # bad input: exit 2, one line on stderr, no traceback, nothing on disk lost or overwritten
 
+def test_a_rank_without_its_own_gpu_is_refused(monkeypatch):
+    """pick_device checks the device count: torchrun with more ranks than GPUs, or cuda:N past the last one, stops
+    with one line saying how many there are (a 1-GPU machine has cuda:0 only). The GPUs are faked: this is a CPU."""
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 1)
+    assert configurator.pick_device('', 0) == 'cuda:0' and configurator.pick_device('cuda:0') == 'cuda:0'
+    for name, rank in (('', 1), ('cuda:1', None)):
+        with pytest.raises(configurator.UserError, match='cuda:1: this machine has 1 CUDA device'):
+            configurator.pick_device(name, rank)
+    with pytest.raises(configurator.UserError, match='cuda or cuda:N'):
+        configurator.pick_device('cuda:x')
+
+
+def test_peak_tflops_by_device_name(monkeypatch):
+    """MFU's peak: the datasheet's dense bf16 rate by GPU name, the more specific name first (an H100 PCIe is not an
+    H100 SXM); --peak_tflops overrides it; none on the CPU, in float32, or for a name not in the table."""
+    for name, tflops in (('NVIDIA H100 80GB HBM3', 989), ('NVIDIA H100 PCIe', 756), ('NVIDIA H100 NVL', 835),
+                         ('NVIDIA H200', 989), ('NVIDIA A100-SXM4-80GB', 312), ('NVIDIA L4', 121),
+                         ('NVIDIA L40S', 362), ('Some Future GPU', 0)):
+        monkeypatch.setattr(torch.cuda, 'get_device_name', lambda dev, name=name: name)
+        assert configurator.peak_tflops('cuda:0', 'bfloat16') == tflops, name
+        assert configurator.peak_tflops('cuda:0', 'float32') == 0
+        assert configurator.peak_tflops('cuda:0', 'bfloat16', override=500.0) == 500.0
+    assert configurator.peak_tflops('cpu', 'bfloat16') == 0
+
+
+def test_mfu_against_a_given_peak(corpus, tmp_path):
+    """--peak_tflops gives log.csv's mfu: training FLOPs per second (3 x forward FLOPs/token x tokens/s) over the
+    peak; step 0 has trained nothing and has none."""
+    out = str(tmp_path / 'mfu')
+    r = run(TRAIN, f'--data_dir={corpus}', f'--out_dir={out}', '--peak_tflops=1e-3', *TINY)
+    assert r.returncode == 0, r.stderr
+    rows, fpt = read_log(out), read_json(out)['flops_per_token']
+    assert rows[0]['mfu'] == ''
+    for row in rows[1:]:
+        assert float(row['mfu']) == pytest.approx(3 * fpt * float(row['tokens_per_s']) / 1e9, abs=1e-4)
+
+
 @pytest.fixture
 def bad_train(capsys, tmp_path):
     """bad_train(args, *needles, folders=[...]): train.main(args) in this process (a bad input fails before any
@@ -404,6 +448,8 @@ def bad_train(capsys, tmp_path):
     (['--max_iters=0'], ('budget',)),
     (['--device=tpu'], ('device',)),
     (['--threads=-1'], ('--threads=-1', 'auto')),
+    (['--device=cpu', '--compile=True', '--cuda_graphs=True'], ('--cuda_graphs=True', 'CUDA device', 'here cpu')),
+    (['--device=cpu', '--cuda_graphs=True'], ('--cuda_graphs=True', '--compile=True')),
 ])
 def test_bad_arguments(bad_train, args, needles):
     bad_train(args, *needles)
@@ -719,6 +765,29 @@ def test_bench_prints_and_writes_its_rows(tmp_path):
             assert x['ratio_vs_same_depth_dense'] > 0
             if x['model'] == 'same_depth':
                 assert x['ratio_vs_same_depth_dense'] == 1.0
+
+
+def test_bench_writes_each_group_as_it_is_measured(tmp_path, monkeypatch, one_thread):
+    """A bench stopped in its second group (a time limit, here an interrupt in the eval phase's first measurement)
+    keeps the first group's rows in its JSON: the train phase of dense and X-MoD, with their ratio."""
+    import bench
+    timer = bench.timer
+
+    def stopping(phase, *args):
+        measure = timer(phase, *args)
+        if phase != 'eval_causal':
+            return measure
+        def stop():
+            raise KeyboardInterrupt
+        return stop
+    monkeypatch.setattr(bench, 'timer', stopping)
+    out = tmp_path / 'bench.json'
+    with pytest.raises(KeyboardInterrupt):
+        bench.bench(['--contexts=40', '--n_embd=32', '--n_head=2', '--steps=1', '--rounds=1', '--extras=False',
+                     '--phases=train,eval_causal', f'--json={out}'])
+    rows = json.load(open(out))
+    assert [(x['model'], x['phase']) for x in rows] == [('dense', 'train'), ('xmod', 'train')]
+    assert rows[0]['ratio_vs_dense'] == 1.0 and rows[1]['ratio_vs_dense'] > 0
 
 
 def test_bench_extras_time_fast_against_naive(tmp_path):
