@@ -32,6 +32,13 @@ RUN_JSON_KEYS = ('config', 'model_config', 'layout', 'params_total', 'params_act
                  'tokens_per_iter', 'seed', 'git_commit', 'torch_version', 'device', 'finished', 'final')
 
 
+def needs_devices(n):
+    """A test of n training processes: where there are GPUs, train.py gives each process its own (cuda:LOCAL_RANK),
+    so a machine with fewer GPUs than processes skips it. On a CPU-only machine it always runs (gloo)."""
+    return pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.device_count() < n,
+                              reason=f'{n} processes need {n} GPUs here, this machine has fewer')
+
+
 def run(script, *args, env=ENV, timeout=300):
     return subprocess.run([sys.executable, script, *args], capture_output=True, text=True, cwd=ROOT, env=env,
                           timeout=timeout)
@@ -289,6 +296,7 @@ def assert_same_losses(one, two, keys, tol):
                 assert abs(float(x[k]) - float(y[k])) < tol, (x['step'], k, x[k], y[k])
 
 
+@needs_devices(2)
 def test_ddp_two_processes_match_one(corpus, tmp_path):
     """2 gloo processes at the same global batch (4 rows x 2 micro-batches) give the 1-process losses, the causal
     one included (the thresholds are calibrated once per step from every rank's scores). After one step the
@@ -311,6 +319,7 @@ def test_ddp_two_processes_match_one(corpus, tmp_path):
     assert read_json(two)['world_size'] == 2 and read_json(two)['tokens_per_iter'] == read_json(one)['tokens_per_iter']
 
 
+@needs_devices(2)
 def test_ddp_bad_accumulation_is_refused_once(corpus, tmp_path):
     """A --gradient_accumulation_steps the world size does not divide: every rank refuses it, rank 0 alone says so
     (one line), and the folder stays empty."""
