@@ -417,6 +417,29 @@ def test_peak_tflops_by_device_name(monkeypatch):
     assert configurator.peak_tflops('cpu', 'bfloat16') == 0
 
 
+def test_compiled_run_evaluates_step_0_eagerly(corpus, tmp_path, monkeypatch, one_thread):
+    """--compile=True: the evaluation before the first training step runs the eager model, so the training graph is
+    the first to compile; later evaluations run the compiled one. torch.compile is replaced by a recorder of what
+    the compiled model is called for (no compile runs)."""
+    calls = []
+
+    class Recorder(torch.nn.Module):
+        def __init__(self, model, **kwargs):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args, **kwargs):
+            calls.append(kwargs.get('routing', 'topk') if not torch.is_grad_enabled() else 'train')
+            return self.model(*args, **kwargs)
+    monkeypatch.setattr(torch, 'compile', Recorder)
+    args = [f'--data_dir={corpus}', f'--out_dir={tmp_path / "run"}', '--compile=True', *TINY[:4], '--max_iters=2',
+            '--eval_interval=1', '--eval_tokens=256', '--warmup_iters=1']
+    assert train.main(args) == 0
+    evaluation = ['topk'] * 2 + ['causal'] * 2                          # 8 windows: 2 batches of 4, each routing
+    assert calls == ['train'] + evaluation + ['train'] + evaluation       # step 0's evaluation is not among them
+    assert [int(r['step']) for r in read_log(str(tmp_path / 'run'))] == [0, 1, 2]
+
+
 def test_mfu_against_a_given_peak(corpus, tmp_path):
     """--peak_tflops gives log.csv's mfu: training FLOPs per second (3 x forward FLOPs/token x tokens/s) over the
     peak; step 0 has trained nothing and has none."""
