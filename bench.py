@@ -23,13 +23,15 @@ decode a dense model of xmod's total depth and width (the same parameters: `same
 against its naive one (whole model, train phase, at every T; and the layer phases, at the first T) and the dense
 model against a nanoGPT-shaped GPT (LayerNorm, learned positions; written below) at nanoGPT's CPU recipe shape
 (4 layers, 128 wide, batch 12 x 64) in the train phase.
-Rows are measured `rounds` times, interleaved across rows, and the median is kept: read the ratios, not the
-absolute figures, which move with the machine's load. `mem_MB`: the tensors saved for backward in one training
-step (activation memory; on CUDA, the peak allocated). `aten_calls`: aten op calls (torch.profiler's events named
-aten::, nested ones included, e.g. aten::linear and the aten::mm inside it), counted in one more, untimed
-measurement: per step (train, layer_train), per forward (eval_causal, layer_causal), per new token position of the
-batch (decode: the prompt's prefill spread over the new tokens). Machine-independent where timings are noisy; a
-compiled row counts the aten calls left outside its kernels.
+Rows are measured `rounds` times, interleaved across the rows that one ratio compares (one T, phase and reference:
+eager and compiled rows apart), and the median is kept: read the ratios, not the absolute figures, which move with
+the machine's load. --json is rewritten after each such group, so a run stopped by a time limit keeps every group
+measured before it (a compile that does not finish loses its own group only). `mem_MB`: the tensors saved for
+backward in one training step (activation memory; on CUDA, the peak allocated). `aten_calls`: aten op calls
+(torch.profiler's events named aten::, nested ones included, e.g. aten::linear and the aten::mm inside it),
+counted in one more, untimed measurement: per step (train, layer_train), per forward (eval_causal, layer_causal),
+per new token position of the batch (decode: the prompt's prefill spread over the new tokens). Machine-independent
+where timings are noisy; a compiled row counts the aten calls left outside its kernels.
 """
 import json as jsonlib
 import os
@@ -45,6 +47,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import configurator                  # configurator.peak_tflops: the name peak_tflops is a key here
 from configurator import UserError, autocast, configure, defaults_of, pick_device, run_main
 from xmod import GPT, GPTConfig, flops_per_token, match_flops
 
@@ -69,7 +72,7 @@ extras = True             # also fast vs naive paths (MoE model; one routed laye
 contention = False        # instead: the train phase under each CPU setting, alone and beside one busy process
 profile = False           # also print each row's torch.profiler table (aten ops by self CPU time; train: forward, backward, optimizer ms a step; one measurement)
 json = ''                 # write the rows as JSON to this path (also: --json PATH)
-peak_tflops = 0.0         # the device's peak for MFU (0 = auto: 989 for H100/H200 in bf16, the datasheets' dense rate)
+peak_tflops = 0.0         # the device's peak TFLOP/s for MFU (0 = by device name in bf16: configurator.PEAK_TFLOPS)
 # -----------------------------------------------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
 VOCAB = 84
@@ -266,27 +269,23 @@ def contention_table(cfg, T):
     return rows
 
 
-def model_flops(rows, out, cfg, dev):
-    """Model FLOP/s of the train and eval rows (train: 3 x forward FLOPs per token, as train.py counts; eval: 1 x),
-    and MFU against the device's peak (--peak_tflops; on an H100/H200 in bf16, 989 TFLOP/s dense)."""
-    peak = cfg.peak_tflops
-    if not peak and dev.startswith('cuda') and cfg.dtype == 'bfloat16':
-        name = torch.cuda.get_device_name(dev)
-        peak = 989.0 if ('H100' in name or 'H200' in name) else 0.0
-    lines = []
-    for r, row in zip(rows, out):
-        if r.get('fpt') and r['phase'] in ('train', 'eval_causal'):
-            row['model_tflops'] = round((3 if r['phase'] == 'train' else 1) * r['fpt'] * r['tokens_per_s'] / 1e12, 4)
-            if peak:
-                row['mfu'] = round(row['model_tflops'] / peak, 4)
-            mfu = f"{row['mfu']:.1%}" if peak else '-'
-            lines.append(f"| {row['model']} | {row['impl']} | {row['T']} | {row['phase']} | "
-                         f"{row['model_tflops']:.3g} | {mfu} |")
-    if lines:
-        print(f"\nmodel FLOP/s (forward FLOPs/token x 3 for train, x 1 for eval) and MFU against "
-              f"{f'{peak:g} TFLOP/s' if peak else 'no known peak (--peak_tflops)'}")
-        print("| model | impl | T | phase | model TFLOP/s | MFU |\n|---|---|---|---|---|---|")
-        print('\n'.join(lines))
+def model_flops(r, row, peak):
+    """Model TFLOP/s of a train or eval row (train: 3 x forward FLOPs per token, as train.py counts; eval: 1 x) into
+    row, and its MFU against the device's peak (peak: TFLOP/s, 0 when unknown). Returns its line of the MFU table,
+    or None for a row without FLOPs (decode, the extras)."""
+    if not (r.get('fpt') and r['phase'] in ('train', 'eval_causal')):
+        return None
+    row['model_tflops'] = round((3 if r['phase'] == 'train' else 1) * r['fpt'] * r['tokens_per_s'] / 1e12, 4)
+    if peak:
+        row['mfu'] = round(row['model_tflops'] / peak, 4)
+    mfu = f"{row['mfu']:.1%}" if peak else '-'
+    return f"| {row['model']} | {row['impl']} | {row['T']} | {row['phase']} | {row['model_tflops']:.3g} | {mfu} |"
+
+
+def write_json(path, rows):
+    with open(path + '.tmp', 'w') as f:          # whole or not at all: a time limit may stop us at any moment
+        jsonlib.dump(rows, f, indent=1)
+    os.replace(path + '.tmp', path)
 
 
 def bench(argv):
@@ -315,8 +314,7 @@ def bench(argv):
     if cfg.contention:
         rows = contention_table(cfg, Ts[0])
         if cfg.json:
-            with open(cfg.json, 'w') as f:
-                jsonlib.dump(rows, f, indent=1)
+            write_json(cfg.json, rows)
         return 0
 
     rows = []                     # dicts: model, stride, impl, T, phase, measure, ref
@@ -378,44 +376,61 @@ def bench(argv):
                              measure=timer('train', m, m, xr, yr, optimizer(m, dev), ctx, dev,
                                            cfg), mem=None))
 
-    for r in rows:                                       # warm-up (and compile) once, then interleaved rounds
-        r['measure']()
-        r['times'] = []
-    for _ in range(cfg.rounds):
-        for r in rows:
-            seconds, tokens = r['measure']()
-            r['times'].append(tokens / seconds)
+    # Rows are measured a group at a time: the rows a ratio compares (one T, phase and reference), warmed up (and
+    # compiled) once, then their rounds interleaved. The JSON is rewritten after each group, so a time limit loses
+    # at most the group in progress.
+    groups = {}
     for r in rows:
-        r['tokens_per_s'] = statistics.median(r['times'])
-        r['aten_calls'], r['prof'] = aten_calls(r['measure'], cfg.new_tokens if r['phase'].startswith('decode') else
-                                                cfg.steps)
-    out = []
+        groups.setdefault((r['T'], r['phase'], r['ref']), []).append(r)
+    peak = configurator.peak_tflops(dev, cfg.dtype, cfg.peak_tflops)
+    out, mfu_lines = [], []
     print(f"device {dev} {cfg.dtype}, {torch.get_num_threads()} threads, n_embd {cfg.n_embd}, xmod stride "
           f"{cfg.stride} FLOP-matched to {cfg.dense_layers} dense layers; median of {cfg.rounds} rounds")
     print("| model | impl | T | phase | tokens/s | ratio | against | vs same-depth dense | mem MB | aten calls |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        def ratio(model, impl='eager'):
-            ref = [q for q in rows if q['model'] == model and q['impl'] == impl and q['T'] == r['T']
-                   and q['phase'] == r['phase']]
-            return r['tokens_per_s'] / ref[0]['tokens_per_s'] if ref else None
-        vs = ratio(*r['ref'])
-        vs_same = ratio('same_depth') if r['phase'].startswith('decode') else None
-        row = dict(model=r['model'], stride=r['stride'], impl=r['impl'], T=r['T'], phase=r['phase'],
-                   tokens_per_s=round(r['tokens_per_s'], 1), ratio_vs_dense=vs and round(vs, 3),
-                   against=' '.join(r['ref']), aten_calls=r['aten_calls'])
-        if r['phase'].startswith('decode'):
-            row['ratio_vs_same_depth_dense'] = vs_same and round(vs_same, 3)
-        if r['mem'] is not None:
-            row['mem_MB'] = round(r['mem'] / 2 ** 20, 1)
-        out.append(row)
-        fmt = lambda v: '-' if v is None else f"{v:.2f}"
-        print(f"| {row['model']}{'' if row['stride'] is None else ' s%d' % row['stride']} | {row['impl']} | "
-              f"{row['T']} | {row['phase']} | {row['tokens_per_s']:,.0f} | {fmt(vs)} | {row['against']} | "
-              f"{fmt(vs_same)} | {row.get('mem_MB', '-')} | {row['aten_calls']:,} |")
-    model_flops(rows, out, cfg, dev)
+    print("|---|---|---|---|---|---|---|---|---|---|", flush=True)
+    for group in groups.values():
+        for r in group:
+            r['measure']()
+            r['times'] = []
+        for _ in range(cfg.rounds):
+            for r in group:
+                seconds, tokens = r['measure']()
+                r['times'].append(tokens / seconds)
+        for r in group:
+            r['tokens_per_s'] = statistics.median(r['times'])
+            r['aten_calls'], r['prof'] = aten_calls(r['measure'], cfg.new_tokens if r['phase'].startswith('decode')
+                                                    else cfg.steps)
+        for r in group:
+            def ratio(model, impl='eager'):
+                ref = [q for q in group if q['model'] == model and q['impl'] == impl]
+                return r['tokens_per_s'] / ref[0]['tokens_per_s'] if ref else None
+            vs = ratio(*r['ref'])
+            vs_same = ratio('same_depth') if r['phase'].startswith('decode') else None
+            row = dict(model=r['model'], stride=r['stride'], impl=r['impl'], T=r['T'], phase=r['phase'],
+                       tokens_per_s=round(r['tokens_per_s'], 1), ratio_vs_dense=vs and round(vs, 3),
+                       against=' '.join(r['ref']), aten_calls=r['aten_calls'])
+            if r['phase'].startswith('decode'):
+                row['ratio_vs_same_depth_dense'] = vs_same and round(vs_same, 3)
+            if r['mem'] is not None:
+                row['mem_MB'] = round(r['mem'] / 2 ** 20, 1)
+            line = model_flops(r, row, peak)
+            mfu_lines += [line] if line else []
+            out.append(row)
+            r['row'] = row
+            fmt = lambda v: '-' if v is None else f"{v:.2f}"
+            print(f"| {row['model']}{'' if row['stride'] is None else ' s%d' % row['stride']} | {row['impl']} | "
+                  f"{row['T']} | {row['phase']} | {row['tokens_per_s']:,.0f} | {fmt(vs)} | {row['against']} | "
+                  f"{fmt(vs_same)} | {row.get('mem_MB', '-')} | {row['aten_calls']:,} |", flush=True)
+        if cfg.json:
+            write_json(cfg.json, out)
+    if mfu_lines:
+        print(f"\nmodel FLOP/s (forward FLOPs/token x 3 for train, x 1 for eval) and MFU against "
+              f"{f'{peak:g} TFLOP/s' if peak else 'no known peak (--peak_tflops)'}")
+        print("| model | impl | T | phase | model TFLOP/s | MFU |\n|---|---|---|---|---|---|")
+        print('\n'.join(mfu_lines))
     if cfg.profile:                                  # where the time goes, row by row
-        for r, row in zip(rows, out):                # the aten_calls measurement's profile
+        for r in (r for group in groups.values() for r in group):   # the aten_calls measurement's profile
+            row = r['row']
             print(f"\nprofile: {row['model']} {row['impl']} T={row['T']} {row['phase']} ({cfg.steps} steps)")
             events = r['prof'].key_averages()
             parts = {e.key: e.cpu_time_total / 1e3 / cfg.steps for e in events
@@ -424,8 +439,6 @@ def bench(argv):
                 print('per step: ' + ', '.join(f"{k} {v:,.1f} ms" for k, v in parts.items()))
             print(events.table(sort_by='self_cpu_time_total', row_limit=12))
     if cfg.json:
-        with open(cfg.json, 'w') as f:
-            jsonlib.dump(out, f, indent=1)
         print(f"wrote {cfg.json}")
     return 0
 

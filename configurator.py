@@ -229,7 +229,33 @@ def pick_device(name, local_rank=None):
         raise UserError(f"--device={name}: MPS is not available (leave --device empty to pick one)")
     if kind == 'cuda' and local_rank is not None:
         name = f'cuda:{local_rank}'        # DDP: one GPU per rank
+    index = name.partition(':')[2] or '0'
+    if kind == 'cuda' and not index.isdigit():
+        raise UserError(f"--device={name!r}: expected cuda or cuda:N")
+    if kind == 'cuda' and int(index) >= torch.cuda.device_count():
+        raise UserError(f"device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+                        + (" (torchrun: --nproc_per_node at most that)" if local_rank is not None else ''))
     return name
+
+
+# Dense (no sparsity) bf16/fp16 tensor-core peaks from NVIDIA's datasheets, TFLOP/s, for MFU: the first name that is
+# part of torch.cuda.get_device_name wins, so the more specific names come first. Datasheets quote "with sparsity",
+# twice these. Not in the table: pass --peak_tflops.
+PEAK_TFLOPS = (('H100 PCIe', 756.0), ('H100 NVL', 835.0), ('H200 NVL', 835.0), ('H100', 989.0), ('H200', 989.0),
+               ('H800', 989.0), ('B200', 2250.0), ('A100', 312.0), ('A800', 312.0), ('L40S', 362.0), ('L40', 181.0),
+               ('L4', 121.0), ('A10G', 70.0), ('A10', 125.0), ('RTX 4090', 165.0), ('RTX 3090', 71.0),
+               ('V100', 125.0), ('T4', 65.0))
+
+
+def peak_tflops(dev, dtype, override=0.0):
+    """The device's peak TFLOP/s for MFU: override when > 0, else the table's (PEAK_TFLOPS) for a CUDA device in
+    bfloat16 or float16; 0.0 when unknown (a CPU, float32, a device not in the table)."""
+    if override > 0:
+        return override
+    if not dev.startswith('cuda') or dtype not in ('bfloat16', 'float16'):
+        return 0.0
+    name = torch.cuda.get_device_name(dev)
+    return next((tflops for key, tflops in PEAK_TFLOPS if key in name), 0.0)
 
 
 DTYPES = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}

@@ -89,7 +89,8 @@ def load_model(out_dir, dev):
     """(the run's model on dev, in eval mode: causal thresholds frozen, dropout off; its checkpoint), for the scripts
     that use a trained model (sample.py, downstream.py). UserError when the checkpoint is missing or does not
     rebuild."""
-    ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), map_location=dev,
+    # to the CPU first: only the weights are used, and the optimizer state (twice the weights) stays off the GPU
+    ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), map_location='cpu',
                            missing=f"train a model into it first: python train.py --out_dir={out_dir}")
     try:
         model = xmod.GPT(xmod.GPTConfig(**ckpt['model_args']))
@@ -386,7 +387,7 @@ def cpu_threads(device_type, threads):
 # Keys that describe this invocation, not the run: a resume takes them from the command line (or their defaults),
 # and every other key from the checkpoint unless the command line sets it.
 SESSION_KEYS = ('out_dir', 'init_from', 'overwrite', 'stop_iter', 'log_interval', 'device', 'dtype', 'compile',
-                'backend', 'threads')
+                'cuda_graphs', 'peak_tflops', 'backend', 'threads')
 INIT_MODES = ('scratch', 'resume', 'auto')       # or a path to a kept checkpoint (ckpt_S.pt): a branch
 LR_SCHEDULES = ('cosine', 'wsd', 'constant')
 

@@ -37,6 +37,7 @@ from tqdm import tqdm
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # xmod.py, configurator.py and data/ live here
 import run_folder                     # checkpoints, log.csv, run.json; the checks of a config, finding the data
 import xmod
+import configurator                   # configurator.peak_tflops: the name peak_tflops is a key here
 from configurator import (LossDiverged, UserError, autocast, configure, cpu_lacks_matrix_instructions, defaults_of,
                           one_line, pick_device, run_main)
 from xmod import GPT, GPTConfig
@@ -46,7 +47,7 @@ from xmod import GPT, GPTConfig
 # I/O
 out_dir = 'out'             # the run folder: log.csv, run.json, ckpt.pt
 eval_interval = 250         # evaluate, log a row and checkpoint every this many iterations (and at the end)
-eval_tokens = 65536         # size of the fixed validation set (0 = the whole val split); a few seconds on a CPU
+eval_tokens = 65536         # size of the fixed validation set (0 = the whole val split), in whole batches; seconds on a CPU
 eval_iters = 0              # nanoGPT's knob: if > 0, the val set is eval_iters batches of batch_size windows instead
 log_interval = 10           # progress bar and NaN check every this many iterations
 init_from = 'scratch'       # 'scratch' | 'resume' | 'auto' (resume when out_dir has a checkpoint, else scratch) |
@@ -106,6 +107,8 @@ min_lr = 1e-4               # ~ learning_rate/10 (Chinchilla); set it together w
 device = ''                 # '' = auto: cuda, then mps, then cpu
 dtype = ''                  # '' = auto: bfloat16 autocast on CUDA (float16 without bf16 support), float32 elsewhere
 compile = False             # torch.compile: on a GPU; on a CPU, only long runs gain (docs/speed.md)
+cuda_graphs = False         # with compile: the training step replayed from CUDA graphs (reduce-overhead); CUDA only
+peak_tflops = 0.0           # the GPU's peak TFLOP/s for log.csv's mfu (0 = by device name, configurator.PEAK_TFLOPS)
 backend = ''                # DDP backend, '' = nccl on GPU, gloo on CPU
 threads = 0                 # CPU threads; 0 = the cores other processes leave free, looked at every 2 s (docs/speed.md)
 seed = 1337                 # initial weights, data order and dropout
@@ -175,14 +178,18 @@ def batch_starts(seed, step, n_rows, n_tokens, T):
     return rng.integers(0, n_tokens - T, size=n_rows)
 
 
-def eval_starts(n_tokens, T, tokens):
+def eval_starts(n_tokens, T, tokens, batch_size=1):
     """The fixed validation set: evenly spaced windows of T+1 tokens over the split, from its start to its end.
     tokens=0: the whole split (as many non-overlapping windows as fit). The same for every run and every eval, so
-    two runs' losses differ only by the models, not by which batches an evaluation happened to draw."""
+    two runs' losses differ only by the models, not by which batches an evaluation happened to draw. The count is
+    rounded down to whole batches of batch_size (the remainder dropped; one smaller batch when fewer windows than
+    that fit): a smaller last batch would recompile a compiled model, under DDP while the other ranks wait."""
     last = n_tokens - T - 1                       # the last valid start
     count = last // T + 1
     if tokens:
         count = max(1, min(count, tokens // T))
+    if count >= batch_size:
+        count -= count % batch_size
     if count == 1:
         return [0]
     return [round(i * last / (count - 1)) for i in range(count)]
@@ -320,6 +327,9 @@ def setup_run(argv, lock=None):
         run_folder.check_new_run(cfg.out_dir, cfg.overwrite)
     dev = pick_device(cfg.device, local_rank if ddp else None)
     device_type = dev.split(':')[0]
+    if cfg.cuda_graphs and (device_type != 'cuda' or not cfg.compile):
+        raise UserError(f"--cuda_graphs=True captures the compiled training step in CUDA graphs: it needs "
+                        f"--compile=True and a CUDA device (here {dev}{'' if cfg.compile else ', compile=False'})")
     dtype, ctx = autocast(cfg.dtype, device_type, cuda_fallback='float16')
     if dtype == 'float16' and device_type not in ('cuda', 'cpu'):
         raise UserError(f"--dtype=float16 needs a CUDA device or the CPU (its grad scaler), not {device_type} "
@@ -346,7 +356,8 @@ def setup_run(argv, lock=None):
     if branch is not None and not resume and branch['step'] >= n_iters:
         raise UserError(f"--init_from={branch_from} is step {branch['step']:,}, and this run's budget is "
                         f"{n_iters:,} steps: nothing left to train (give a larger --max_tokens or --max_iters)")
-    starts = eval_starts(n_val, T, cfg.eval_iters * cfg.batch_size * T if cfg.eval_iters else cfg.eval_tokens)
+    starts = eval_starts(n_val, T, cfg.eval_iters * cfg.batch_size * T if cfg.eval_iters else cfg.eval_tokens,
+                         cfg.batch_size)
     return types.SimpleNamespace(
         lock=lock, gas_note=follows_world and checkpoint is None, cfg=cfg, explicit=explicit, ddp=ddp, rank=rank, local_rank=local_rank, world_size=world_size,
         master=rank == 0, resume=resume, branch=branch, checkpoint=checkpoint, ckpt_path=ckpt_path, dev=dev,
@@ -379,15 +390,17 @@ def explain_n_layer(cfg):
 def build_model(run):
     """The model, its optimizer and grad scaler, restored from the checkpoint when resuming; DDP joins the ranks
     here, so all of them have passed the checks. Returns raw_model (the GPT), model (what evaluation calls:
-    compiled or not), ddp_model (what training calls: model, DDP-wrapped under DDP), optimizer and scaler."""
+    compiled or not), ddp_model (what training calls: model, or with --cuda_graphs its own compile in CUDA graphs;
+    DDP-wrapped under DDP), optimizer and scaler."""
     cfg, dev = run.cfg, run.dev
     if run.ddp:
-        torch.distributed.init_process_group(backend=cfg.backend or ('nccl' if run.device_type == 'cuda' else 'gloo'))
+        backend = cfg.backend or ('nccl' if run.device_type == 'cuda' else 'gloo')
         if run.device_type == 'cuda':
-            torch.cuda.set_device(dev)
+            torch.cuda.set_device(dev)          # before the process group, so nccl binds this rank's GPU
+        bound = {'device_id': torch.device(dev)} if backend == 'nccl' else {}
+        torch.distributed.init_process_group(backend=backend, **bound)
     if run.device_type == 'cuda':
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        torch.set_float32_matmul_precision('high')    # TF32 matmuls for what autocast leaves in float32
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)                    # the initial weights: a pure function of the seed
@@ -412,14 +425,16 @@ def build_model(run):
     if cfg.compile:   # causal routing reads its padded count k_max from the data: captured, it stays in the graph
         torch._dynamo.config.capture_scalar_outputs = True
     model = torch.compile(raw_model) if cfg.compile else raw_model
-    ddp_model = model
+    # --cuda_graphs: the training step (top-k routing, static shapes) replayed from CUDA graphs; evaluation keeps the
+    # default mode (causal routing's sizes come from the data)
+    ddp_model = torch.compile(raw_model, mode='reduce-overhead') if cfg.cuda_graphs else model
     if run.ddp:
         from torch.nn.parallel import DistributedDataParallel as DDP
-        # MoD's plain gate leaves Router.gain out of the graph: DDP must be told some parameters get no gradient
+        # MoD's plain gate leaves Router.gain out of the graph: DDP must be told some parameters get no gradient.
+        # broadcast_buffers=False: the RoPE tables and causal thresholds are the same on every rank by construction
+        # (calibrate gathers every rank's scores), and random routing's draw is each rank's own (set_draw)
         unused = run.mcfg.gate == 'plain' and 'routed' in xmod.layer_kinds(run.mcfg)
-        # broadcast_buffers=False: every rank computes the same causal thresholds (calibrate gathers all ranks'
-        # scores) and RoPE tables, and random routing's draw is each rank's own (set_draw)
-        ddp_model = DDP(model, device_ids=[run.local_rank] if run.device_type == 'cuda' else None,
+        ddp_model = DDP(ddp_model, device_ids=[run.local_rank] if run.device_type == 'cuda' else None,
                         find_unused_parameters=unused, broadcast_buffers=False)
     return raw_model, model, ddp_model, optimizer, scaler
 
@@ -566,6 +581,8 @@ def train_run(argv, lock):
     t_mark, tok_mark, t_eval_end = time.time(), iter_num * run.tokens_per_iter, time.time()
     share_cpu = run_folder.cpu_threads(run.device_type, cfg.threads)
     thread_note, said_since_eval = run_folder.ThreadNote(torch.get_num_threads(), time.time()), False
+    peak = configurator.peak_tflops(run.dev, run.dtype, cfg.peak_tflops)     # 0: no mfu (a CPU, an unknown GPU)
+    trained = False                                # a training step done by this process: compiled evaluation
     while True:
         # evaluate, append a row to log.csv, then write the checkpoint (the row first: a kill in between loses the
         # row on resume, never the checkpoint's step)
@@ -574,13 +591,18 @@ def train_run(argv, lock):
                           if since_eval_steps else '')
             tokens_per_s = (round(since_eval_steps * run.tokens_per_iter / (time.time() - t_eval_end), 1)
                             if since_eval_steps else '')
-            ev = eval_row(run, model, raw_model)
+            # before this process's first training step, the eager model: the training graph compiles first, and
+            # the evaluation graphs (causal routing's data-dependent sizes) only after a training figure is out
+            ev = eval_row(run, model if trained else raw_model, raw_model)
             if not all(math.isfinite(v) for v in (ev['val_loss'], ev['val_loss_causal'])):
                 raise diverged(run, 'validation loss', ev['val_loss'], iter_num, last_eval)
             tokens = iter_num * run.tokens_per_iter
+            # model FLOPs utilisation per GPU: training FLOPs/s (3 x forward) over the peak of world_size GPUs
+            mfu = (round(3 * run.fpt * tokens_per_s / (peak * 1e12 * run.world_size), 4)
+                   if peak and tokens_per_s != '' else '')
             row = {'step': iter_num, 'tokens': tokens, 'flops': 3 * run.fpt * tokens,
                    'lr': get_lr(cfg, iter_num, run.schedule_iters), 'elapsed_s': round(time.time() - t0, 3),
-                   'tokens_per_s': tokens_per_s, 'train_loss': train_loss, **ev}
+                   'tokens_per_s': tokens_per_s, 'mfu': mfu, 'train_loss': train_loss, **ev}
             best_val_loss = min(best_val_loss, ev['val_loss_causal'])
             last_eval = {k: row[k] for k in ('step', 'tokens', 'flops', 'val_loss', 'val_loss_causal')}
             state = checkpoint_state(run, raw_model, optimizer, scaler, iter_num, best_val_loss, last_eval, t0)
@@ -619,11 +641,16 @@ def train_run(argv, lock):
             # DDP: all-reduce gradients only on the last micro-batch
             sync = ddp_model.no_sync() if run.ddp and micro < gas_local - 1 else nullcontext()
             with sync:
+                if cfg.cuda_graphs:
+                    torch.compiler.cudagraph_mark_step_begin()     # a new step: the last replay's outputs may go
                 with run.ctx:
                     _, loss, aux = ddp_model(x, y, return_aux=True)
                 step_loss += aux['losses']['lm'] / gas_local                # the LM loss, for the log
                 scaler.scale(loss / gas_local).backward()                   # LM + auxiliary losses
-            step_layers.append(aux['layers'])
+            # calibrate reads the scores after the step's last micro-batch: a CUDA-graph replay overwrites its
+            # outputs in place, so each micro-batch's scores (B, T) are copied before the next one
+            step_layers.append([{'scores': a['scores'].clone()} if 'scores' in a else {} for a in aux['layers']]
+                               if cfg.cuda_graphs else aux['layers'])
         raw_model.calibrate(step_layers)      # the causal thresholds: once per step, from the whole global batch
         if cfg.grad_clip > 0:
             scaler.unscale_(optimizer)
@@ -632,6 +659,7 @@ def train_run(argv, lock):
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
         iter_num += 1
+        trained = True
         window += step_loss
         since_eval += step_loss
         window_steps += 1

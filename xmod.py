@@ -196,7 +196,9 @@ class Attention(nn.Module):
         by where they were, not by 0..k-1 (a known bug of public MoD code). The one home of that rule."""
         B, T, C = x.size()
         qkv = self.c_attn(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
-        cos, sin = self.cos[pos], self.sin[pos]                             # (T, hs/2) or (B, T, hs/2)
+        # the tables in q and k's dtype: float32 tables would promote autocast's bf16 q and k to float32 (extra
+        # full-size passes, cast back by SDPA). In float32 the cast is a no-op: the same bits as before
+        cos, sin = self.cos[pos].to(qkv.dtype), self.sin[pos].to(qkv.dtype)   # (T, hs/2) or (B, T, hs/2)
         if cos.dim() == 2:
             cos, sin = cos.unsqueeze(0), sin.unsqueeze(0)
         q, k = apply_rope(qkv[:2], cos, sin)                                # q and k in one rotation: half the ops
@@ -425,6 +427,12 @@ class Router(nn.Module):
         A fixed sigmoid(r) > 0.5 would keep far fewer than c of the tokens at small capacity (docs/design.md,
         causal routing)."""
         cut, _ = topk_cut(r.detach().flatten(), r.size(0) * k)
+        self.add_cut(cut)
+
+    @torch.no_grad()
+    def add_cut(self, cut):
+        """One EMA step towards a batch's cut (0-dim): update_threshold's, and GPT.calibrate's, which cuts every
+        routed layer in one batched top-k."""
         self.thr_sum.mul_(self.momentum).add_((1 - self.momentum) * cut)
         self.thr_steps.add_(1)
 
@@ -757,16 +765,20 @@ class GPT(nn.Module):
         global batch. steps_layers: aux['layers'] of each micro-batch of the step (forward(..., return_aux=True) in
         training). Under DDP every rank's scores are gathered, so each rank gets the threshold one process with
         the whole batch would get. (An update at every forward would track micro-batches, and under DDP rank 0's.)"""
-        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-        for l, kind in enumerate(layer_kinds(self.config)):
-            if kind != 'routed':
-                continue
-            r = torch.cat([layers[l]['scores'].detach() for layers in steps_layers])   # (this rank's rows, T)
-            if distributed:
-                parts = [torch.empty_like(r) for _ in range(torch.distributed.get_world_size())]
-                torch.distributed.all_gather(parts, r)
-                r = torch.cat(parts)                                                    # (global rows, T)
-            self.transformer.h[l].router.update_threshold(r, capacity_k(self.config.capacity, r.size(1)))
+        routed = [l for l, kind in enumerate(layer_kinds(self.config)) if kind == 'routed']
+        if not routed:
+            return
+        # every routed layer at once: one all_gather and one top-k, not one of each per layer (27 at 36 layers)
+        r = torch.stack([torch.cat([layers[l]['scores'].detach() for layers in steps_layers]) for l in routed])
+        if torch.distributed.is_available() and torch.distributed.is_initialized():        # r (R, rank rows, T)
+            parts = [torch.empty_like(r) for _ in range(torch.distributed.get_world_size())]
+            torch.distributed.all_gather(parts, r)
+            r = torch.cat(parts, dim=1)                                                     # (R, global rows, T)
+        # each layer's cut between its (rows*k)-th and (rows*k+1)-th scores: the same selection, so the same bits,
+        # as update_threshold's top-k of that layer alone
+        cuts, _ = topk_cut(r.flatten(1), r.size(1) * capacity_k(self.config.capacity, r.size(2)))   # (R,)
+        for l, cut in zip(routed, cuts):
+            self.transformer.h[l].router.add_cut(cut)
 
     @torch.no_grad()
     def set_draw(self, *key, row0=0):

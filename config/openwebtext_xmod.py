@@ -1,5 +1,5 @@
 # X-MoD at GPT-2-small width on OpenWebText (GPT-2 tokens), for GPUs. A starting point: not yet measured here.
-#   pip install datasets && python data/openwebtext/prepare.py
+#   pip install 'datasets==3.6.0' && python data/openwebtext/prepare.py
 #   torchrun --standalone --nproc_per_node=8 train.py config/openwebtext_xmod.py
 # For its FLOP-matched dense partner add --model=dense (same seed: the same batches in the same order).
 out_dir = 'out-owt-xmod'

@@ -1,92 +1,184 @@
 #!/usr/bin/env bash
 # The GPU checklist (README, "On a GPU"): what only a GPU can show, in one script of at most 8 minutes on one
-# H100/H200-class GPU. Every step has its own time limit (480 s in all) and the script goes on past a failed one;
-# everything it writes lands in one folder, with summary.txt saying which steps passed and how long each took.
+# H100/H200-class GPU. Every step has its own time limit (475 s in all), prints its figure (one line, copied into
+# summary.txt), and the script goes on past a failed one.
 #
 #   bash sweeps/gpu_check.sh [OUT]           # OUT: results/gpu_check unless given
 #   GPU_CHECK_SMOKE=1 bash sweeps/gpu_check.sh /tmp/smoke   # the same steps on the CPU at toy sizes (a test runs it)
 #
-# Needs data/shakespeare prepared (python data/shakespeare/prepare.py: a machine without internet gets the folder
-# copied in). Steps:
-#   1. env.txt: the GPU, driver, torch, CUDA
-#   2. precision.txt: the model-level reduced-precision tests (tests/test_precision.py) on cuda: bf16 and fp16
-#      autocast for every family and impl, float32 routers, naive == fast, cached == uncached generation
-#   3. the Quickstart's X-MoD and its FLOP-matched dense partner in bf16, compiled, 2,000 steps each
-#      (xmod_log.csv, dense_log.csv, their run.json and train logs), then 20 steps through torchrun + nccl
-#   4. sample.txt: sample.py with the KV cache on the X-MoD checkpoint; greedy cached == uncached
-#   5. bench.txt / bench.json: bench.py on cuda in bf16, compiled, at T=1024; bench_768.*: a d=768 12-layer dense
-#      model and its X-MoD, for MFU
-#   6. downstream.txt / downstream.json: downstream.py (shakespeare_next_line) on the X-MoD checkpoint
-#   7. per_gpu.txt: 4 gpu_small runs at once on the one GPU (sweep.py --gpus=0 --per_gpu=4), each cut to about
-#      100 steps (max_tokens=1.6M), with --dry_run's FLOPs before: what sharing one GPU gives, in tokens/s per run
+# OUT ends with two files: summary.txt (each step's exit code, time, figure and last lines) and gpu_check.tar.gz
+# (every step's output, logs, run.json and JSON; no checkpoints), rewritten after each step, so a machine that
+# returns only a few files brings everything back, and a run cut short keeps the steps before the cut. The steps
+# work in a temporary folder, W in summary.txt: the tarball's root.
+# Needs data/shakespeare prepared (train.bin, val.bin, meta.pkl: on a machine without network they travel with the
+# working tree). Steps, with their limits on a GPU:
+#   preflight  15 s  versions (Python, torch, Triton, CUDA, driver), the GPU and its free memory, a C compiler and
+#                    Python.h for Triton, the test packages, the data: each missing thing on a line of its own.
+#                    Without a compiler, Triton or Python.h the compiled steps run eager; without data, the steps
+#                    that train are skipped
+#   precision  55 s  the tests marked `device` (pytest -m device) on cuda: bf16 and fp16 autocast for every family
+#                    and impl, float32 routers, naive == fast, one graph under compile, 2-process DDP (skipped below
+#                    2 GPUs)
+#   xmod      170 s  the Quickstart's X-MoD in bf16, compiled, 500 steps: step 0 evaluated eagerly, so the training
+#                    graph compiles first; the last evaluation compiles the top-k and causal evaluation graphs (Triton)
+#   dense      30 s  its FLOP-matched dense partner, the same 500 steps, eager (a compile would not fit the 8 minutes)
+#   ddp        25 s  20 X-MoD steps through torchrun + nccl, eager
+#   sample     30 s  sample.py with the KV cache on the X-MoD run; greedy cached == uncached in float32 with
+#                    --window=exact, 300 new tokens (past block_size both recompute the same window)
+#   bench      30 s  bench.py at width 128, T=1024, bf16, eager: train, causal eval, decode at batch 1
+#   bench_768  70 s  a d=768 12-layer dense model and its X-MoD, train phase, eager then compiled: MFU
+#   downstream 20 s  downstream.py (shakespeare_next_line) on the X-MoD run
+#   per_gpu    30 s  4 gpu_small runs at once on the one GPU (sweep.py --gpus=0 --per_gpu=4), eager, 1.6M tokens
+#                    each (about 100 steps), with --dry_run's FLOPs before: tokens/s per run when 4 share a GPU
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-results/gpu_check}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+W=$(mktemp -d)                                  # the steps write here; OUT gets summary.txt and the tarball
+trap 'rm -rf "$W"' EXIT
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
+rm -f "$OUT/gpu_check.tar.gz"
+DATA=data/shakespeare
 
 if [ "${GPU_CHECK_SMOKE:-0}" = 1 ]; then        # CPU, toy sizes: checks the script itself, not a GPU
     DEV=cpu; TRAIN_ARGS="--device=cpu --dtype=bfloat16 --n_embd=32 --n_head=2 --block_size=32 --batch_size=4
         --max_iters=6 --eval_interval=3 --eval_tokens=512 --warmup_iters=2 ${SMOKE_DATA:-}"
-    COMPILE=False; TESTS_K="test_float32_router_is_unchanged"; export OMP_NUM_THREADS=1
+    COMPILE=False; TESTS="-m device -k test_float32_router_is_unchanged"; export OMP_NUM_THREADS=1
     BENCH="--device=cpu --dtype=bfloat16 --contexts=40 --n_embd=32 --n_head=2 --steps=1 --rounds=1 --prompt=8
         --new_tokens=8 --extras=False --phases=train,decode_b1"
-    BENCH_768="$BENCH --phases=train"; NEW_TOKENS=20; DDP_ITERS=2; NPROC_DEV=cpu
+    BENCH_768="$BENCH --phases=train"; NEW_TOKENS=40; DDP_ITERS=2; NPROC_DEV=cpu
     LIMIT_SCALE=6                                # the limits are the GPU's; a busy 2-core CPU is slower
-    SMOKE_DIR=${SMOKE_DATA:-}; SMOKE_DIR=${SMOKE_DIR#--data_dir=}
+    SMOKE_DIR=${SMOKE_DATA:-}; SMOKE_DIR=${SMOKE_DIR#--data_dir=}; DATA=${SMOKE_DIR:-$DATA}
     DOWNSTREAM="--device=cpu --next_line_items=20 --task_data=$SMOKE_DIR"; SHARE="--jobs=4"
     SHARE_RUNS="dict(data_dir='$SMOKE_DIR', device='cpu', compile=False, n_embd=32, n_head=2, block_size=32, batch_size=4,
         eval_interval=3, eval_tokens=512, warmup_iters=2, dtype='bfloat16')"; SHARE_TOKENS=768
 else
-    DEV=cuda; TRAIN_ARGS="--max_iters=2000 --eval_interval=500"; COMPILE=True; TESTS_K="not train and not bench"
-    BENCH="--device=cuda --dtype=bfloat16 --compile=True --contexts=1024 --rounds=2 --extras=False"
-    BENCH_768="$BENCH --n_embd=768 --n_head=12 --dense_layers=12 --batch_size=8 --phases=train,eval_causal"
+    DEV=cuda; TRAIN_ARGS="--max_iters=500 --eval_interval=500 --log_interval=50"; COMPILE=True; TESTS="-m device"
+    BENCH="--device=cuda --dtype=bfloat16 --contexts=1024 --rounds=2 --extras=False
+        --phases=train,eval_causal,decode_b1"
+    BENCH_768="--device=cuda --dtype=bfloat16 --contexts=1024 --rounds=2 --extras=False --n_embd=768 --n_head=12
+        --dense_layers=12 --batch_size=8 --phases=train"
     NEW_TOKENS=300; DDP_ITERS=20; NPROC_DEV=cuda
     DOWNSTREAM="--device=cuda"; SHARE="--gpus=0 --per_gpu=4"
-    SHARE_RUNS="dict(eval_interval=400)"; SHARE_TOKENS=1_600_000
+    SHARE_RUNS="dict(eval_interval=400, compile=False)"; SHARE_TOKENS=1_600_000
 fi
 
-step() {   # step NAME LIMIT_S COMMAND...: run it with a time limit, its output in OUT/NAME.txt, one summary line
-    local name=$1 limit=$(( $2 * ${LIMIT_SCALE:-1} )); shift 2
+# step NAME LIMIT_S FIGURE COMMAND...: run COMMAND with a time limit, its output in NAME.txt; one summary line (exit
+# code, seconds), the figure (the last output line matching the extended regex FIGURE, or "none") and the last lines
+step() {
+    local name=$1 limit=$(( $2 * ${LIMIT_SCALE:-1} )) figure=$3; shift 3
     local t0=$SECONDS
-    timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1
+    timeout "$limit" "$@" > "$W/$name.txt" 2>&1
     local rc=$?
-    printf '%-10s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - t0))" "$*" | cut -c1-200 >> "$SUMMARY"
-    tail -3 "$OUT/$name.txt" | sed 's/^/    /' >> "$SUMMARY"
+    {   # paths in the work folder as the tarball holds them (W/...)
+        printf '%-10s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - t0))" "$*"
+        printf '    figure: %s\n' "$(grep -E "$figure" "$W/$name.txt" | tail -1 | grep . || echo none)"
+        tail -3 "$W/$name.txt" | sed 's/^/    /'
+    } | sed "s|$W|W|g" | cut -c1-200 >> "$SUMMARY"
+    pack
+}
+skip() {   # skip NAME WHY: a step that cannot run here, said in the summary
+    printf '%-10s rc=%-3s %4ss  skipped: %s\n    figure: none\n' "$1" skip 0 "$2" >> "$SUMMARY"
+}
+pack() {   # everything so far into OUT/gpu_check.tar.gz (no checkpoints), replaced whole
+    tar czf "$OUT/gpu_check.tar.gz.tmp" -C "$W" --exclude='*.pt' --exclude='*.lock' --exclude='__pycache__' . \
+        2>/dev/null &&
+        mv "$OUT/gpu_check.tar.gz.tmp" "$OUT/gpu_check.tar.gz"
 }
 
-step env 10 bash -c "nvidia-smi 2>/dev/null | head -15; $PY -c 'import torch; print(torch.__version__, \
-torch.version.cuda, torch.cuda.is_available() and torch.cuda.get_device_name(0))'"
-step precision 40 env XMOD_TEST_DEVICE=$DEV $PY -m pytest -q -x tests/test_precision.py -k "$TESTS_K" -p no:cacheprovider
+cat > "$W/preflight.py" <<'PYEOF'
+import importlib, os, platform, shutil, subprocess, sys, sysconfig
+dev, data = sys.argv[1], sys.argv[2]
+missing = []
+print(f"python {platform.python_version()}")
+try:
+    import torch
+    print(f"torch {torch.__version__}, CUDA {torch.version.cuda}")
+except ImportError:
+    torch = None
+    missing.append('torch: nothing can run')
+packages = (('pytest', 'the precision step'), ('tiktoken', 'GPT-2 tokens (not the char data)'), ('matplotlib', 'plots'),
+            ('tqdm', 'train.py')) + ((('triton', 'torch.compile on CUDA [compile]'),) if dev == 'cuda' else ())
+for name, why in packages:
+    try:
+        print(f"{name} {importlib.import_module(name).__version__}")
+    except ImportError:
+        missing.append(f"{name}: needed by {why}")
+if dev == 'cuda':
+    smi = shutil.which('nvidia-smi')
+    if smi:
+        q = subprocess.run([smi, '--query-gpu=name,driver_version,memory.used,memory.total', '--format=csv,noheader'],
+                           capture_output=True, text=True, timeout=10)
+        print(f"nvidia-smi: {q.stdout.strip() or q.stderr.strip()}")
+    if torch is not None and torch.cuda.is_available():
+        free, total = torch.cuda.mem_get_info(0)
+        print(f"{torch.cuda.device_count()} GPU(s); cuda:0 {torch.cuda.get_device_name(0)}, capability "
+              f"{'.'.join(map(str, torch.cuda.get_device_capability(0)))}, {free / 2**30:.1f} of "
+              f"{total / 2**30:.1f} GiB free, bf16 {torch.cuda.is_bf16_supported()}")
+    else:
+        missing.append('a CUDA device: torch.cuda.is_available() is False')
+    cc = os.environ.get('CC') or next((c for c in ('cc', 'gcc', 'clang') if shutil.which(c)), None)
+    print(f"C compiler: {cc and (shutil.which(cc) or cc)}")
+    if not cc:
+        missing.append('a C compiler (cc, gcc or clang): Triton builds its kernel launchers with it [compile]')
+    header = os.path.join(sysconfig.get_paths()['include'], 'Python.h')
+    if not os.path.isfile(header):
+        missing.append(f"{header}: Triton's launchers include it (the python3-dev package) [compile]")
+for f in ('train.bin', 'val.bin', 'meta.pkl'):
+    if not os.path.isfile(os.path.join(data, f)):
+        missing.append(f"{os.path.join(data, f)}: carry data/shakespeare with the working tree (README, On a GPU) "
+                       f"[data]")
+for m in missing:
+    print(f"missing: {m}")
+print(f"preflight: {len(missing)} missing")
+PYEOF
+step preflight 15 '^preflight: ' "$PY" "$W/preflight.py" "$DEV" "$DATA"
+if grep -q '^missing: .*\[compile\]' "$W/preflight.txt"; then
+    COMPILE=False; echo "    the compiled steps run eager: no toolchain for Triton" >> "$SUMMARY"
+fi
+NODATA=$(grep -c '^missing: .*\[data\]' "$W/preflight.txt")
+
+step precision 55 ' passed| failed| error' env XMOD_TEST_DEVICE=$DEV "$PY" -m pytest -q tests $TESTS -p no:cacheprovider
 for model in xmod dense; do
-    step "$model" $([ $model = xmod ] && echo 90 || echo 50) $PY train.py --model=$model --compile=$COMPILE $TRAIN_ARGS --out_dir="$OUT/run_$model" \
-        --overwrite=True
-    cp "$OUT/run_$model/log.csv" "$OUT/${model}_log.csv" 2>/dev/null
-    cp "$OUT/run_$model/run.json" "$OUT/${model}_run.json" 2>/dev/null
+    if [ "$NODATA" != 0 ]; then skip "$model" "no data"; continue; fi
+    c=$([ $model = xmod ] && echo $COMPILE || echo False)
+    step "$model" $([ $model = xmod ] && echo 170 || echo 30) '^done: |^step +[0-9]+: ' \
+        "$PY" train.py --model=$model --compile=$c $TRAIN_ARGS --out_dir="$W/run_$model" --overwrite=True
 done
 BACKEND=$([ "$NPROC_DEV" = cuda ] && echo nccl || echo gloo)
-step ddp 30 $PY -m torch.distributed.run --standalone --nproc_per_node=1 train.py --model=xmod --backend=$BACKEND \
-    $TRAIN_ARGS --max_iters=$DDP_ITERS --eval_interval=$DDP_ITERS --out_dir="$OUT/run_ddp" --overwrite=True
-step sample 25 bash -c "$PY sample.py --out_dir=$OUT/run_xmod --num_samples=1 --max_new_tokens=$NEW_TOKENS \
-    --device=$DEV && for c in True False; do $PY sample.py --out_dir=$OUT/run_xmod --num_samples=1 \
-    --max_new_tokens=$NEW_TOKENS --top_k=1 --use_cache=\$c --device=$DEV > $OUT/greedy_\$c.txt || exit 1; done \
-    && cmp $OUT/greedy_True.txt $OUT/greedy_False.txt && echo 'greedy: cached == uncached'"
-step bench 60 $PY bench.py $BENCH --json="$OUT/bench.json"
-step bench_768 60 $PY bench.py $BENCH_768 --json="$OUT/bench_768.json"
-step downstream 40 $PY downstream.py --out_dir="$OUT/run_xmod" $DOWNSTREAM
-cp "$OUT/run_xmod/downstream.json" "$OUT/downstream.json" 2>/dev/null
-# 4 runs of gpu_small (seed 0's widths-128-to-384 dense points and the reference X-MoD) at 1.6M tokens each, at once
-cat > "$OUT/per_gpu_sweep.py" <<PYEOF
+if [ "$NODATA" != 0 ]; then skip ddp "no data"; else
+    step ddp 25 '^done: ' "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 train.py --model=xmod \
+        --backend=$BACKEND $TRAIN_ARGS --max_iters=$DDP_ITERS --eval_interval=$DDP_ITERS --out_dir="$W/run_ddp" \
+        --overwrite=True
+fi
+if [ ! -f "$W/run_xmod/ckpt.pt" ]; then skip sample "no X-MoD checkpoint"; else
+    step sample 30 '^greedy: ' bash -c "$PY sample.py --out_dir=$W/run_xmod --num_samples=1 \
+        --max_new_tokens=$NEW_TOKENS --device=$DEV && for c in True False; do $PY sample.py --out_dir=$W/run_xmod \
+        --num_samples=1 --max_new_tokens=$NEW_TOKENS --top_k=1 --use_cache=\$c --window=exact --dtype=float32 \
+        --device=$DEV > $W/greedy_\$c.txt || exit 1; done && cmp $W/greedy_True.txt $W/greedy_False.txt && \
+        echo 'greedy: cached == uncached, $NEW_TOKENS tokens in float32 with --window=exact'"
+fi
+step bench 30 '^\| xmod ' "$PY" bench.py $BENCH --json="$W/bench.json"
+step bench_768 70 '^\| xmod ' "$PY" bench.py $BENCH_768 --compile=$COMPILE --json="$W/bench_768.json"
+if [ ! -f "$W/run_xmod/ckpt.pt" ]; then skip downstream "no X-MoD checkpoint"; else
+    step downstream 20 '^shakespeare_next_line ' "$PY" downstream.py --out_dir="$W/run_xmod" $DOWNSTREAM
+fi
+# the first 4 runs of gpu_small (its rate grid's dense and X-MoD at width 256) at 1.6M tokens each, at once
+cat > "$W/per_gpu_sweep.py" <<PYEOF
 import runpy
 spec = runpy.run_path('sweeps/gpu_small.py')
 name, common = 'gpu_check_per_gpu', spec['common']
 runs = [dict(r, max_tokens=$SHARE_TOKENS, **$SHARE_RUNS) for r in spec['runs'][:4]]
 PYEOF
-step per_gpu 75 bash -c "$PY sweep.py $OUT/per_gpu_sweep.py --out=$OUT/per_gpu --dry_run $SHARE && \
-    $PY sweep.py $OUT/per_gpu_sweep.py --out=$OUT/per_gpu $SHARE && \
-    tail -qn1 $OUT/per_gpu/*/log.csv | cut -d, -f1,5,6,9"
-rm -rf "$OUT"/run_*/ckpt.pt "$OUT"/per_gpu/*/ckpt.pt
-echo "wrote $OUT (summary.txt):"
+if [ "$NODATA" != 0 ]; then skip per_gpu "no data"; else
+    step per_gpu 30 '^per_gpu: ' bash -c "$PY sweep.py $W/per_gpu_sweep.py --out=$W/per_gpu --dry_run $SHARE && \
+        $PY sweep.py $W/per_gpu_sweep.py --out=$W/per_gpu $SHARE && for f in $W/per_gpu/*/log.csv; do \
+        tail -n1 \$f | awk -F, -v run=\$(basename \$(dirname \$f)) \
+        '{print \"per_gpu: \" run \" step \" \$1 \", \" \$6 \" tokens/s\"}'; done"
+fi
+pack
+echo "wrote $OUT: summary.txt and gpu_check.tar.gz"
 cat "$SUMMARY"

@@ -8,7 +8,7 @@
 #
 # %8 runs at most 8 tasks at once. A task that is preempted or requeued resumes from its last checkpoint; a task
 # whose run another trainer already writes stops at once (exit 2, one line naming it: train.py's lock). When the
-# array is done, fit as usual: python fit_law.py results/gpu_small/runs --out results/gpu_small
+# array is done, fit as usual: python fit_law.py results/gpu_small/runs --tuned --out results/gpu_small
 # Edit the #SBATCH lines for your cluster (partition, account, time); the python on PATH must have torch.
 #SBATCH --job-name=xmod-sweep
 #SBATCH --gres=gpu:1

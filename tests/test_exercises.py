@@ -281,8 +281,8 @@ def test_help():
 
 # (name, the line as the repository has it, the mistake, the function the hint must name)
 WHOLE_COPY_MUTATIONS = [
-    ('positions renumbered in Attention.qkv', 'cos, sin = self.cos[pos], self.sin[pos]',
-     'cos, sin = self.cos[:T], self.sin[:T]', 'Attention.qkv'),
+    ('positions renumbered in Attention.qkv', 'cos, sin = self.cos[pos].to(qkv.dtype), self.sin[pos].to(qkv.dtype)',
+     'cos, sin = self.cos[:T].to(qkv.dtype), self.sin[:T].to(qkv.dtype)', 'Attention.qkv'),
     ('positions renumbered in Attention.forward', 'q, k, v = self.qkv(x, pos)\n        if cache',
      'q, k, v = self.qkv(x, torch.arange(T, device=x.device))\n        if cache', 'Attention.forward'),
     ('residual added twice in RoutedBlock.forward', '            x = self.forward_fast(x, idx, w)\n',

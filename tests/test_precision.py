@@ -2,7 +2,7 @@
 default on CUDA is bf16 autocast; float16 with a grad scaler where bf16 is missing), the routers in float32 inside
 it, and train.py, sample.py and bench.py with --dtype. CPU autocast runs the same model code as CUDA's; what only a
 GPU can show is listed in README, "On a GPU". The model-level tests run on XMOD_TEST_DEVICE (default cpu):
-sweeps/gpu_check.sh runs them on cuda."""
+sweeps/gpu_check.sh runs the tests marked `device` (pytest -m device) on cuda."""
 import os
 import subprocess
 import sys
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_train import (ENV, ROOT, SAMPLE, TINY, TRAIN, assert_bad_input, assert_same_losses,  # noqa: E402
-                        corpus, read_json, read_log, run)  # noqa: F401 (corpus: a fixture)
+                        corpus, needs_devices, read_json, read_log, run)  # noqa: F401 (corpus: a fixture)
 from test_xmod import CASES, V, batch, rel_err, tiny  # noqa: E402
 
 import run_folder  # noqa: E402
@@ -45,6 +45,7 @@ def routed_inputs(m):
 # ---------------------------------------------------------------------------------------------------------------------
 # the model under autocast
 
+@pytest.mark.device
 @pytest.mark.parametrize('dtype', list(DTYPES))
 @pytest.mark.parametrize('impl', ['fast', 'naive'])
 @pytest.mark.parametrize('model', ['dense', 'mod', 'xmod', 'moe'])
@@ -82,6 +83,7 @@ def test_trains_evaluates_and_generates_under_autocast(model, impl, dtype):
         assert torch.equal(cached, window), (B, cached, window)
 
 
+@pytest.mark.device
 @pytest.mark.parametrize('dtype', list(DTYPES))
 @pytest.mark.parametrize('model', ['mod', 'xmod', 'moe'])
 def test_routers_run_in_float32_under_autocast(model, dtype):
@@ -113,6 +115,7 @@ def test_routers_run_in_float32_under_autocast(model, dtype):
                 assert torch.equal(a['load'], torch.bincount(chosen, minlength=8).float() / chosen.numel())
 
 
+@pytest.mark.device
 def test_float32_router_is_unchanged():
     """In float32 the router is the plain computation it was before the autocast guard: nothing changes there."""
     torch.manual_seed(0)
@@ -124,6 +127,7 @@ def test_float32_router_is_unchanged():
         assert torch.equal(router(x), want)
 
 
+@pytest.mark.device
 @pytest.mark.parametrize('model,B,T,capacity,stride', CASES)
 def test_naive_equals_fast_under_bf16(model, B, T, capacity, stride):
     """naive == fast under bf16 autocast, in top-k and causal routing, to a bf16-sized tolerance (2 units of the last
@@ -148,6 +152,7 @@ def test_naive_equals_fast_under_bf16(model, B, T, capacity, stride):
                 assert rel_err(pf.grad, pn.grad) <= 3e-2, (routing, name)
 
 
+@pytest.mark.device
 def test_compiles_without_graph_breaks_under_autocast():
     """The autocast-off region around the routers stays inside the one graph, in both routings."""
     torch._dynamo.reset()
@@ -224,6 +229,8 @@ def test_train_bf16_compiled(corpus, tmp_path):
     assert_same_losses(eager, compiled, ('train_loss', 'val_loss', 'val_loss_causal'), 0.02)
 
 
+@pytest.mark.device
+@needs_devices(2)
 def test_ddp_two_processes_match_one_in_bf16(corpus, tmp_path):
     """2 gloo processes under bf16 autocast at the same global batch give the 1-process losses to bf16 rounding."""
     args = [f'--data_dir={corpus}', '--gradient_accumulation_steps=2', '--dtype=bfloat16', *TINY]
@@ -252,20 +259,56 @@ def test_bench_in_bf16(tmp_path):
     assert all(x['model_tflops'] > 0 for x in rows if x['phase'] in ('train', 'eval_causal'))
 
 
+STEPS = ['preflight', 'precision', 'xmod', 'dense', 'ddp', 'sample', 'bench', 'bench_768', 'downstream', 'per_gpu']
+
+
 def test_gpu_check_script_runs_its_steps(corpus, tmp_path):
     """sweeps/gpu_check.sh, the one prepared GPU script, run in its smoke mode (the CPU, toy sizes): every step
-    passes, and the folder holds what the README says comes back."""
+    passes and prints its figure, and OUT holds summary.txt and one tarball (a machine that returns few files
+    brings it back whole) with what the README says comes back, and no checkpoint."""
+    import tarfile
     out = tmp_path / 'gpu_check'
     env = dict(ENV, GPU_CHECK_SMOKE='1', SMOKE_DATA=f'--data_dir={corpus}', PYTHON=sys.executable)
     r = subprocess.run(['bash', os.path.join(ROOT, 'sweeps', 'gpu_check.sh'), str(out)], capture_output=True,
                        text=True, cwd=ROOT, env=env, timeout=600)
     assert r.returncode == 0, r.stderr
-    steps = [line.split() for line in (out / 'summary.txt').read_text().splitlines() if ' rc=' in line]
-    assert [s[0] for s in steps] == ['env', 'precision', 'xmod', 'dense', 'ddp', 'sample', 'bench', 'bench_768',
-                                     'downstream', 'per_gpu']
-    assert all(s[1] == 'rc=0' for s in steps), (out / 'summary.txt').read_text()
-    for name in ('xmod_log.csv', 'dense_log.csv', 'xmod_run.json', 'bench.json', 'bench_768.json', 'downstream.json'):
-        assert (out / name).stat().st_size > 0, name
-    assert 'greedy: cached == uncached' in (out / 'sample.txt').read_text()
-    assert len(list(out.glob('per_gpu/*/log.csv'))) == 4 and 'FLOPs:' in (out / 'per_gpu.txt').read_text()
-    assert not list(out.glob('run_*/ckpt.pt')) and not list(out.glob('per_gpu/*/ckpt.pt'))                 # the checkpoints stay behind: what comes back is small
+    summary = (out / 'summary.txt').read_text()
+    steps = [line.split() for line in summary.splitlines() if ' rc=' in line]
+    assert [s[0] for s in steps] == STEPS
+    assert all(s[1] == 'rc=0' for s in steps), summary
+    figures = [line.strip() for line in summary.splitlines() if line.startswith('    figure: ')]
+    assert len(figures) == len(STEPS) and 'figure: none' not in figures, summary
+    assert figures[0] == 'figure: preflight: 0 missing', summary
+    assert sorted(os.listdir(out)) == ['gpu_check.tar.gz', 'summary.txt']
+    with tarfile.open(out / 'gpu_check.tar.gz') as tar:
+        names = {n.removeprefix('./') for n in tar.getnames()}
+        sample = tar.extractfile('./sample.txt').read().decode()
+    for name in ('run_xmod/log.csv', 'run_dense/log.csv', 'run_xmod/run.json', 'bench.json', 'bench_768.json',
+                 'run_xmod/downstream.json', *[f'{step}.txt' for step in STEPS]):
+        assert name in names, name
+    assert 'greedy: cached == uncached' in sample
+    assert len([n for n in names if n.startswith('per_gpu/') and n.endswith('/log.csv')]) == 4
+    assert not [n for n in names if n.endswith('.pt')]                 # the checkpoints stay behind
+
+
+def test_gpu_selection_is_the_device_tests():
+    """What gpu_check.sh's precision step runs on a GPU (pytest -m device): the autocast tests of every family, impl
+    and dtype, the float32 routers, naive == fast, one graph under compile, 2-process DDP; never the smoke script
+    itself (it would rerun every step) nor the CPU-only tests (train.py runs, the exercises, the fits)."""
+    script = open(os.path.join(ROOT, 'sweeps', 'gpu_check.sh')).read()
+    assert 'TESTS="-m device"' in script and '-m pytest -q tests $TESTS' in script
+    r = subprocess.run([sys.executable, '-m', 'pytest', '--collect-only', '-q', '-m', 'device', 'tests',
+                        '-p', 'no:cacheprovider'], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:]
+    ids = [line for line in r.stdout.splitlines() if '::' in line]
+    assert all(i.startswith('tests/test_precision.py::') for i in ids), ids
+    autocast_ids = {i.split('[')[1].rstrip(']') for i in ids
+                    if '::test_trains_evaluates_and_generates_under_autocast[' in i}
+    assert autocast_ids == {f'{m}-{impl}-{d}' for m in ('dense', 'mod', 'xmod', 'moe') for impl in ('fast', 'naive')
+                            for d in DTYPES}
+    functions = {i.split('::')[1].split('[')[0] for i in ids}
+    assert functions == {'test_trains_evaluates_and_generates_under_autocast',
+                         'test_routers_run_in_float32_under_autocast', 'test_float32_router_is_unchanged',
+                         'test_naive_equals_fast_under_bf16', 'test_compiles_without_graph_breaks_under_autocast',
+                         'test_ddp_two_processes_match_one_in_bf16'}
+    assert len([i for i in ids if '::test_naive_equals_fast_under_bf16[' in i]) == len(CASES)

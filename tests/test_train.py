@@ -32,6 +32,13 @@ RUN_JSON_KEYS = ('config', 'model_config', 'layout', 'params_total', 'params_act
                  'tokens_per_iter', 'seed', 'git_commit', 'torch_version', 'device', 'finished', 'final')
 
 
+def needs_devices(n):
+    """A test of n training processes: where there are GPUs, train.py gives each process its own (cuda:LOCAL_RANK),
+    so a machine with fewer GPUs than processes skips it. On a CPU-only machine it always runs (gloo)."""
+    return pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.device_count() < n,
+                              reason=f'{n} processes need {n} GPUs here, this machine has fewer')
+
+
 def run(script, *args, env=ENV, timeout=300):
     return subprocess.run([sys.executable, script, *args], capture_output=True, text=True, cwd=ROOT, env=env,
                           timeout=timeout)
@@ -117,6 +124,7 @@ def test_end_to_end(runs, model):
     header = list(rows[0])
     assert tuple(header[:len(run_folder.LOG_COLUMNS)]) == run_folder.LOG_COLUMNS
     assert [int(r['step']) for r in rows] == [0, 5, 10]
+    assert 'mfu' in header and all(r['mfu'] == '' for r in rows)      # on the CPU: no known peak, no MFU
     info = read_json(out)
     for k in RUN_JSON_KEYS:
         assert k in info, k
@@ -187,6 +195,11 @@ def test_eval_set_is_fixed_and_spans_the_split():
     few = train.eval_starts(10_001, 100, 1000)                 # 10 evenly spaced windows, start to end
     assert len(few) == 10 and few[0] == 0 and few[-1] == 10_001 - 101
     assert train.eval_starts(101, 100, 0) == [0]
+    # whole batches of 4 (the remainder dropped, the split still spanned); fewer windows than a batch: all of them
+    whole = train.eval_starts(10_001, 100, 1000, batch_size=4)
+    assert len(whole) == 8 and whole[0] == 0 and whole[-1] == 10_001 - 101
+    assert train.eval_starts(10_001, 100, 300, batch_size=4) == train.eval_starts(10_001, 100, 300)
+    assert train.eval_starts(10_001, 100, 800, batch_size=4) == train.eval_starts(10_001, 100, 800)
 
 
 def test_config_file_and_overrides(tmp_path):
@@ -307,6 +320,7 @@ def assert_same_losses(one, two, keys, tol):
                 assert abs(float(x[k]) - float(y[k])) < tol, (x['step'], k, x[k], y[k])
 
 
+@needs_devices(2)
 def test_ddp_two_processes_match_one(corpus, tmp_path):
     """2 gloo processes at the same global batch (4 rows x 2 micro-batches) give the 1-process losses, the causal
     one included (the thresholds are calibrated once per step from every rank's scores). After one step the
@@ -343,6 +357,7 @@ def test_ddp_random_routing_draws_what_one_process_draws(corpus, tmp_path):
     assert_same_losses(one, two, ('train_loss', 'val_loss', 'val_loss_causal'), 1e-5)
 
 
+@needs_devices(2)
 def test_ddp_bad_accumulation_is_refused_once(corpus, tmp_path):
     """A --gradient_accumulation_steps the world size does not divide: every rank refuses it, rank 0 alone says so
     (one line), and the folder stays empty. torchrun's failure report, some 40 lines printed after that line,
@@ -420,6 +435,67 @@ def test_sample(runs):
 # -----------------------------------------------------------------------------------------------------------------
 # bad input: exit 2, one line on stderr, no traceback, nothing on disk lost or overwritten
 
+def test_a_rank_without_its_own_gpu_is_refused(monkeypatch):
+    """pick_device checks the device count: torchrun with more ranks than GPUs, or cuda:N past the last one, stops
+    with one line saying how many there are (a 1-GPU machine has cuda:0 only). The GPUs are faked: this is a CPU."""
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 1)
+    assert configurator.pick_device('', 0) == 'cuda:0' and configurator.pick_device('cuda:0') == 'cuda:0'
+    for name, rank in (('', 1), ('cuda:1', None)):
+        with pytest.raises(configurator.UserError, match='cuda:1: this machine has 1 CUDA device'):
+            configurator.pick_device(name, rank)
+    with pytest.raises(configurator.UserError, match='cuda or cuda:N'):
+        configurator.pick_device('cuda:x')
+
+
+def test_peak_tflops_by_device_name(monkeypatch):
+    """MFU's peak: the datasheet's dense bf16 rate by GPU name, the more specific name first (an H100 PCIe is not an
+    H100 SXM); --peak_tflops overrides it; none on the CPU, in float32, or for a name not in the table."""
+    for name, tflops in (('NVIDIA H100 80GB HBM3', 989), ('NVIDIA H100 PCIe', 756), ('NVIDIA H100 NVL', 835),
+                         ('NVIDIA H200', 989), ('NVIDIA A100-SXM4-80GB', 312), ('NVIDIA L4', 121),
+                         ('NVIDIA L40S', 362), ('Some Future GPU', 0)):
+        monkeypatch.setattr(torch.cuda, 'get_device_name', lambda dev, name=name: name)
+        assert configurator.peak_tflops('cuda:0', 'bfloat16') == tflops, name
+        assert configurator.peak_tflops('cuda:0', 'float32') == 0
+        assert configurator.peak_tflops('cuda:0', 'bfloat16', override=500.0) == 500.0
+    assert configurator.peak_tflops('cpu', 'bfloat16') == 0
+
+
+def test_compiled_run_evaluates_step_0_eagerly(corpus, tmp_path, monkeypatch, one_thread):
+    """--compile=True: the evaluation before the first training step runs the eager model, so the training graph is
+    the first to compile; later evaluations run the compiled one. torch.compile is replaced by a recorder of what
+    the compiled model is called for (no compile runs)."""
+    calls = []
+
+    class Recorder(torch.nn.Module):
+        def __init__(self, model, **kwargs):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args, **kwargs):
+            calls.append(kwargs.get('routing', 'topk') if not torch.is_grad_enabled() else 'train')
+            return self.model(*args, **kwargs)
+    monkeypatch.setattr(torch, 'compile', Recorder)
+    args = [f'--data_dir={corpus}', f'--out_dir={tmp_path / "run"}', '--compile=True', *TINY[:4], '--max_iters=2',
+            '--eval_interval=1', '--eval_tokens=256', '--warmup_iters=1']
+    assert train.main(args) == 0
+    evaluation = ['topk'] * 2 + ['causal'] * 2                          # 8 windows: 2 batches of 4, each routing
+    assert calls == ['train'] + evaluation + ['train'] + evaluation       # step 0's evaluation is not among them
+    assert [int(r['step']) for r in read_log(str(tmp_path / 'run'))] == [0, 1, 2]
+
+
+def test_mfu_against_a_given_peak(corpus, tmp_path):
+    """--peak_tflops gives log.csv's mfu: training FLOPs per second (3 x forward FLOPs/token x tokens/s) over the
+    peak; step 0 has trained nothing and has none."""
+    out = str(tmp_path / 'mfu')
+    r = run(TRAIN, f'--data_dir={corpus}', f'--out_dir={out}', '--peak_tflops=1e-3', *TINY)
+    assert r.returncode == 0, r.stderr
+    rows, fpt = read_log(out), read_json(out)['flops_per_token']
+    assert rows[0]['mfu'] == ''
+    for row in rows[1:]:
+        assert float(row['mfu']) == pytest.approx(3 * fpt * float(row['tokens_per_s']) / 1e9, abs=1e-4)
+
+
 @pytest.fixture
 def bad_train(capsys, tmp_path):
     """bad_train(args, *needles, folders=[...]): train.main(args) in this process (a bad input fails before any
@@ -448,6 +524,8 @@ def bad_train(capsys, tmp_path):
     (['--max_iters=0'], ('budget',)),
     (['--device=tpu'], ('device',)),
     (['--threads=-1'], ('--threads=-1', 'auto')),
+    (['--device=cpu', '--compile=True', '--cuda_graphs=True'], ('--cuda_graphs=True', 'CUDA device', 'here cpu')),
+    (['--device=cpu', '--cuda_graphs=True'], ('--cuda_graphs=True', '--compile=True')),
 ])
 def test_bad_arguments(bad_train, args, needles):
     bad_train(args, *needles)
@@ -804,6 +882,29 @@ def test_bench_prints_and_writes_its_rows(tmp_path):
             assert x['ratio_vs_same_depth_dense'] > 0
             if x['model'] == 'same_depth':
                 assert x['ratio_vs_same_depth_dense'] == 1.0
+
+
+def test_bench_writes_each_group_as_it_is_measured(tmp_path, monkeypatch, one_thread):
+    """A bench stopped in its second group (a time limit, here an interrupt in the eval phase's first measurement)
+    keeps the first group's rows in its JSON: the train phase of dense and X-MoD, with their ratio."""
+    import bench
+    timer = bench.timer
+
+    def stopping(phase, *args):
+        measure = timer(phase, *args)
+        if phase != 'eval_causal':
+            return measure
+        def stop():
+            raise KeyboardInterrupt
+        return stop
+    monkeypatch.setattr(bench, 'timer', stopping)
+    out = tmp_path / 'bench.json'
+    with pytest.raises(KeyboardInterrupt):
+        bench.bench(['--contexts=40', '--n_embd=32', '--n_head=2', '--steps=1', '--rounds=1', '--extras=False',
+                     '--phases=train,eval_causal', f'--json={out}'])
+    rows = json.load(open(out))
+    assert [(x['model'], x['phase']) for x in rows] == [('dense', 'train'), ('xmod', 'train')]
+    assert rows[0]['ratio_vs_dense'] == 1.0 and rows[1]['ratio_vs_dense'] > 0
 
 
 def test_bench_extras_time_fast_against_naive(tmp_path):

@@ -497,6 +497,25 @@ def test_readme_model_zoo_is_what_python_xmod_prints():
     assert '| xmod | 4 | 12 | 0.1250 | DrrrDrrrDrrr |' in out             # the Quickstart's model, c = 16/128
 
 
+def test_calibrate_cuts_every_layer_as_update_threshold_does_alone():
+    """GPT.calibrate's one batched top-k over all routed layers gives each router, bit for bit, the threshold that
+    update_threshold on that layer's scores alone gives (two micro-batches, three steps)."""
+    torch.manual_seed(0)
+    cfg = tiny('xmod', n_layer=9, stride=4, capacity=0.25)
+    m, ref = GPT(cfg), GPT(cfg)
+    ref.load_state_dict(m.state_dict())
+    for step in range(3):
+        steps_layers = [m(*batch(3, 32, seed=10 * step + i), return_aux=True)[2]['layers'] for i in range(2)]
+        m.calibrate(steps_layers)
+        for l, layer in enumerate(ref.transformer.h):
+            if isinstance(layer, RoutedBlock):
+                r = torch.cat([layers[l]['scores'] for layers in steps_layers])
+                layer.router.update_threshold(r, capacity_k(0.25, 32))
+    assert len(routed_layers(m)) == 6
+    for a, b in zip(routed_layers(m), routed_layers(ref)):
+        assert a.router.thr_steps.item() == 3 and torch.equal(a.router.thr_sum, b.router.thr_sum)
+
+
 def test_calibration_is_once_per_step_over_the_whole_batch():
     """Four micro-batches of 4 sequences calibrate the thresholds exactly as one batch of 16 does: the cut of all
     64 x T scores together, not the EMA of four micro-batch cuts. A forward alone changes nothing."""

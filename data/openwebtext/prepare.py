@@ -1,11 +1,16 @@
 """
 Prepare OpenWebText (~8M web documents, ~9B GPT-2 tokens) for GPU-scale runs.
 
-    pip install datasets
+    pip install 'datasets==3.6.0'
     python data/openwebtext/prepare.py [--num_proc=8] [--tiktoken-file PATH] [--out_dir DIR]
 
-Loads `openwebtext` with Hugging Face `datasets` (an optional dependency, imported
-only here), holds out a small seeded val set of documents, tokenizes every document
+Loads Skylion007/openwebtext (what the old id `openwebtext` names) with Hugging Face
+`datasets` (an optional dependency, imported only here) at a pinned version: 3.6.0,
+the last line (3.x) that still runs the repository's loading script, which `datasets`
+4 and later refuse ("Dataset scripts are no longer supported"). On 3.x the script is
+run with trust_remote_code=True; on 4 and later the load is tried as is (the Hub may
+serve the repository as parquet by then) and the script error becomes a one-line
+message naming the pin. Holds out a small seeded val set of documents, tokenizes every document
 with GPT-2 BPE and appends <|endoftext|> (50256) after it, then streams the ids into
 train.bin / val.bin (uint16, np.memmap) shard by shard. Needs tens of GB of disk.
 
@@ -37,6 +42,8 @@ NUM_PROC = max(1, (os.cpu_count() or 2) // 2)  # tokenizer workers
 NUM_PROC_LOAD = NUM_PROC                       # workers for datasets' own download/unpack
 VAL_FRACTION = 0.0005                          # ~4k documents of 8M: plenty for a val loss
 SEED = 2357
+HF_REPO = 'Skylion007/openwebtext'
+HF_DATASETS_PIN = '3.6.0'                      # the last datasets line that runs loading scripts
 WRITE_BATCHES = 1024                           # shards written one at a time, to bound memory
 
 # -----------------------------------------------------------------------------
@@ -91,9 +98,17 @@ def prepare_hf(meta, out_dir, num_proc):
     try:
         from datasets import load_dataset
     except ImportError:
-        raise DataError("the full dataset needs Hugging Face datasets: pip install datasets "
+        raise DataError(f"the full dataset needs Hugging Face datasets: pip install 'datasets=={HF_DATASETS_PIN}' "
                         "(or use --local FILE for a small local file)") from None
-    dataset = load_dataset('openwebtext', num_proc=NUM_PROC_LOAD)
+    import datasets
+    script_ok = int(datasets.__version__.split('.')[0]) < 4     # 3.x runs loading scripts when trusted
+    try:
+        dataset = load_dataset(HF_REPO, num_proc=NUM_PROC_LOAD, **({'trust_remote_code': True} if script_ok else {}))
+    except RuntimeError as e:
+        if 'scripts are no longer supported' not in str(e):
+            raise
+        raise DataError(f"datasets {datasets.__version__} cannot run {HF_REPO}'s loading script: "
+                        f"pip install 'datasets=={HF_DATASETS_PIN}'") from None
     split = dataset['train'].train_test_split(test_size=VAL_FRACTION, seed=SEED, shuffle=True)
     split['val'] = split.pop('test')
     return write_hf(split, meta, out_dir, num_proc, 'openwebtext (Hugging Face datasets)')
