@@ -28,7 +28,7 @@ from runs import METRICS, load_runs  # noqa: E402
 
 def layout(r):
     """(stride, capacity) of a routed model, (None, None) for one that routes nothing."""
-    return (None, None) if r['variant'] in ('dense', 'moe') else (r['stride'], round(r['capacity'], 4))
+    return (None, None) if r['model'] in ('dense', 'moe') else (r['stride'], round(r['capacity'], 4))
 
 
 def label(a):

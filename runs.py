@@ -11,6 +11,7 @@ import difflib
 import glob
 import json
 import math
+from collections import Counter
 import operator
 import os
 import re
@@ -220,7 +221,8 @@ def load_run(d):
         warn(f'{lpath}: final flops {last["flops"]:.4g} != 3 * flops_per_token * tokens = '
              f'{3 * fpt * last["tokens"]:.4g}')
     routed = mc.model in ('mod', 'xmod')  # dense and MoE have no anchor stride or capacity
-    return dict(dir=d, name=d, config=cfg, meta=meta, model=mc.model, variant=variant(mc), n_layer=mc.n_layer,
+    return dict(dir=d, name=d, config=cfg, meta=meta, model=mc.model, variant=variant(mc),
+                dataset=cfg.get('dataset', 'shakespeare'), n_layer=mc.n_layer,
                 n_embd=mc.n_embd, T=mc.block_size, stride=mc.anchor_stride() if routed else None,
                 capacity=float(mc.capacity) if routed else None, seed=meta['seed'], params_total=n_total,
                 params_active=n_active, rho=n_total / n_active, fpt=fpt, tokens=last['tokens'],
@@ -248,6 +250,11 @@ def load_runs(patterns):
         seen[k] = r
         unique.append(r)
     runs = unique
+    corpora = Counter(r['dataset'] for r in runs)
+    if len(corpora) > 1:        # losses on two corpora are not one law, nor one rate table; nor are they pairs
+        raise UserError(f'{" ".join(patterns)}: runs on {len(corpora)} corpora ('
+                        + ', '.join(f'{k}: {n}' for k, n in sorted(corpora.items()))
+                        + '): a law or a rate table is per corpus; give the runs of one')
     # one canonical order, by configuration and seed, whatever the order and globs of the arguments: the bootstrap's
     # resamples then draw the same runs, so any command line gives the same fit.json
     runs.sort(key=lambda r: (config_key(r['config'], with_seed=False), r['seed']))

@@ -19,7 +19,7 @@ results/cpu_lr (width 128, T=128, 2M tokens, cosine, the cpu_small recipe). That
 
 1. Each arm on the rates 2e-3, 4e-3, 8e-3 (seed 0, min_lr = lr / 10), extended by 2x past an edge that holds its
    best finished rate (a diverged run counts as worse than any), as sweeps/cpu_lr.py does.
-2. Seeds 1 and 2 at the best rate and at every rate within 0.005 of it in seed 0 (cpu_lr.seed_rates); the seed
+2. Seeds 1-4 at the best rate and at every rate within 0.005 of it in seed 0 (cpu_lr.seed_rates); the seed
    mean then chooses (lr_sweep.best_rate). The same rule gives the reference X-MoD seeds 1-4 at 8e-3, 0.0004 behind
    its 4e-3 in seed 0: `python sweep.py sweeps/cpu_lr.py` runs them (4 runs, 4.5e13 FLOPs).
 About 40 runs of about 1.1e13 training FLOPs each (sweep.py --dry_run: 2.4e14 for the 21 runs of the grid, before
@@ -40,7 +40,7 @@ common = dict(small['common'], threads=1)
 run, dense, xmod = small['builders'](tokens_per_iter=2048, width=128, tokens=2 * M, block_size=128)
 
 GRID = (2e-3, 4e-3, 8e-3)
-SEEDS = (1, 2)
+SEEDS = (1, 2, 3, 4)        # 3 and 4: the 3-seed standard errors missed the 0.006
 ARMS = {                                    # the most telling first: a partial sweep already answers the most
     'random': lambda **kw: xmod(4, 12, 4, router='random', tag='_random', **kw),
     'mod': lambda **kw: run('mod_L6_D4_2M', model='mod', n_layer=6, dense_layers=4, **kw),

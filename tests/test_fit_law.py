@@ -657,6 +657,29 @@ def test_the_same_run_in_two_sweeps_is_read_once(tmp_path, capsys):
     assert two['inputs']['n_runs'] == one['inputs']['n_runs'] and two['dense'] == one['dense']
 
 
+def test_runs_on_two_corpora_are_refused(tmp_path, capsys):
+    """A law, a pairing or a rate table mixes no corpora: fit_law.py and lr_sweep.py name both and their counts."""
+    import lr_sweep
+    root = tiny_sweep(tmp_path / 'runs')
+    make_run(root, 'dense_code', seed=7, dataset='pycode')
+    code, err = run_main(capsys, root, '--out', str(tmp_path / 'out'))
+    assert code == 2 and 'runs on 2 corpora' in err and 'pycode: 1' in err and len(err.strip().splitlines()) == 1
+    assert lr_sweep.main([root, '--out', str(tmp_path / 'lr')]) == 2
+    assert 'pycode: 1' in capsys.readouterr().err and not (tmp_path / 'out').exists()
+
+
+def test_an_moe_variant_is_an_arm_without_a_layout(tmp_path):
+    """lr_sweep reads a variant of the MoE (moe-cf1) as the MoE: no stride or capacity, paired with dense."""
+    import lr_sweep
+    for lr, (ld, lm) in {2e-3: (3.0, 2.9), 4e-3: (3.1, 2.95)}.items():
+        make_run(tmp_path, f'dense_lr{lr:g}', loss=ld, learning_rate=lr)
+        make_run(tmp_path, f'moe_lr{lr:g}', model='moe', loss=lm, learning_rate=lr, expert_capacity_factor=1.0)
+    runs = lr_sweep.load_runs([str(tmp_path)])
+    assert {r['variant'] for r in runs} == {'dense', 'moe-cf1'}
+    (d,) = lr_sweep.analyse(runs, 'val_loss_causal')['deltas']
+    assert d['variant'] == 'moe-cf1' and d['stride'] is None and d['tuned']['mean'] == pytest.approx(-0.1)
+
+
 def test_same_directory_twice_is_not_a_duplicate(tmp_path, capsys):
     root = tiny_sweep(tmp_path / 'runs')
     code, err = run_main(capsys, root, os.path.join(root, 'dense_L4_T128_s0'), '--out', str(tmp_path / 'out'),
