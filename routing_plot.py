@@ -335,7 +335,13 @@ def correlations(depth, loss, n_boot=1000, seed=0):
     """Spearman and Pearson correlation of routed depth and loss, depth and loss (B, T), each as (value, low, high):
     a 95% percentile interval from n_boot resamples of whole windows (a window's positions are not independent).
     NaN where either side is constant."""
-    from scipy.stats import rankdata
+    def rankdata(a):
+        """Ranks 1..n, ties sharing their mean rank (Spearman's rule; depth takes only a few values)."""
+        order = np.argsort(a, kind='stable')
+        ranks = np.empty(len(a))
+        ranks[order] = np.arange(1, len(a) + 1)
+        _, inverse, counts = np.unique(a, return_inverse=True, return_counts=True)
+        return (np.bincount(inverse, ranks) / counts)[inverse]
 
     def pearson(a, b):
         a, b = a - a.mean(), b - b.mean()

@@ -307,7 +307,7 @@ WHOLE_COPY_MUTATIONS = [
      'self.gain = nn.Parameter(torch.tensor(1.0 / math.sqrt(routed_per_span)))',
      'self.gain = nn.Parameter(torch.tensor(1.0 / routed_per_span))', 'Router.__init__'),
     ('the residual projections without their 1/sqrt(2 n_layer)',
-     'nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))',
+     'nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.init_depth()))',
      'nn.init.normal_(p, mean=0.0, std=0.02)', 'GPT.__init__'),
 ]
 
