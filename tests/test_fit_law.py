@@ -1,5 +1,5 @@
 """
-Tests for fit_law.py (and runs.py, report.py) on synthetic run directories written exactly like train.py's
+Tests for fit_law.py (and law/load.py, law/report.py) on synthetic run directories written exactly like train.py's
 (run.json + log.csv), and on the committed results/cpu_small. Fast: the dense fits use few bootstrap resamples, and
 only a few tests go through a subprocess. Together they state what fit_law.py accepts and refuses (docs/fit_law.md).
 """
@@ -17,8 +17,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import fit_law  # noqa: E402
-import report  # noqa: E402
-from runs import load_runs, mark_heldout, pair_runs  # noqa: E402
+from law import report  # noqa: E402
+from law.load import load_runs, mark_heldout, pair_runs  # noqa: E402
 
 TRUE_DENSE = dict(E=1.7, A=400.0, alpha=0.34, B=410.0, beta=0.28)
 TRUE_REL = dict(capacity_gain=0.03, context_correction=0.01, stride_interaction=-0.006)
@@ -670,13 +670,13 @@ def test_runs_on_two_corpora_are_refused(tmp_path, capsys):
 
 def test_an_moe_variant_is_an_arm_without_a_layout(tmp_path):
     """lr_sweep reads a variant of the MoE (moe-cf1) as the MoE: no stride or capacity, paired with dense."""
-    import lr_sweep
+    from law import rates
     for lr, (ld, lm) in {2e-3: (3.0, 2.9), 4e-3: (3.1, 2.95)}.items():
         make_run(tmp_path, f'dense_lr{lr:g}', loss=ld, learning_rate=lr)
         make_run(tmp_path, f'moe_lr{lr:g}', model='moe', loss=lm, learning_rate=lr, expert_capacity_factor=1.0)
-    runs = lr_sweep.load_runs([str(tmp_path)])
+    runs = load_runs([str(tmp_path)])
     assert {r['variant'] for r in runs} == {'dense', 'moe-cf1'}
-    (d,) = lr_sweep.analyse(runs, 'val_loss_causal')['deltas']
+    (d,) = rates.analyse(runs, 'val_loss_causal')['deltas']
     assert d['variant'] == 'moe-cf1' and d['stride'] is None and d['tuned']['mean'] == pytest.approx(-0.1)
 
 
@@ -888,7 +888,7 @@ def test_lr_sweep_tables_the_best_rates_and_both_deltas(tmp_path, capsys):
 def test_close_rates_are_decided_by_their_seed_mean_and_arms_are_compared_with_xmod(tmp_path):
     """Two rates within 0.005 in seed 0: the seed-0 winner until both have seeds, then the lower seed mean. Every
     variant is also paired by seed with X-MoD (stride 4) at X-MoD's own best rate."""
-    import lr_sweep
+    from law import rates
     xmod = dict(model='xmod', n_layer=12, stride=4, capacity=0.125, params_total=3e6, params_active=1e6,
                 flops_per_token=1.01 * (2.0 * 12 * 4 * N_EMBD ** 2 + 4 * 128 * N_EMBD * 4))
     plain = dict(xmod, gate='plain')
@@ -898,7 +898,7 @@ def test_close_rates_are_decided_by_their_seed_mean_and_arms_are_compared_with_x
         make_run(tmp_path, f'plain_lr{lr:g}', loss=L + 0.02, learning_rate=lr, **plain)
 
     def best():
-        return {a['variant']: a['best_lr'] for a in lr_sweep.analyse(load_runs([str(tmp_path)]),
+        return {a['variant']: a['best_lr'] for a in rates.analyse(load_runs([str(tmp_path)]),
                                                                        'val_loss_causal')['arms']}
     assert best() == {'dense': 4e-3, 'xmod': 4e-3, 'xmod-plain': 4e-3}
     for s, (l4, l8) in enumerate([(3.02, 2.99), (3.01, 2.98)], start=1):    # 8e-3 is better on the seeds' mean
@@ -907,7 +907,7 @@ def test_close_rates_are_decided_by_their_seed_mean_and_arms_are_compared_with_x
         make_run(tmp_path, f'plain_lr0.004_s{s}', loss=l4 + 0.03, learning_rate=4e-3, seed=s, **plain)
         make_run(tmp_path, f'dense_lr0.004_s{s}', loss=3.05, learning_rate=4e-3, seed=s)
     assert best() == {'dense': 4e-3, 'xmod': 8e-3, 'xmod-plain': 4e-3}   # plain has no seeds at 8e-3: seed 0 rules
-    result = lr_sweep.analyse(load_runs([str(tmp_path)]), 'val_loss_causal')
+    result = rates.analyse(load_runs([str(tmp_path)]), 'val_loss_causal')
     d = next(d for d in result['deltas'] if d['variant'] == 'xmod-plain')
     vs = [3.02 - 3.003, 3.05 - 2.99, 3.04 - 2.98]                        # plain at 4e-3 - X-MoD at 8e-3, by seed
     assert d['lr_xmod'] == 8e-3 and d['vs_xmod']['n'] == 3 and d['vs_xmod']['mean'] == pytest.approx(np.mean(vs))
@@ -917,7 +917,7 @@ def test_close_rates_are_decided_by_their_seed_mean_and_arms_are_compared_with_x
 def test_tuned_fit_pairs_each_arm_at_its_own_best_rate(tmp_path, capsys):
     """fit_law.py --tuned keeps each arm's runs, all seeds, at its best rate (the lowest seed-0 loss) and pairs them:
     X-MoD at 4e-3 against dense at 2e-3, seed by seed, whatever the shared-rate pairs would say."""
-    import lr_sweep
+    from law import rates
     xmod = dict(model='xmod', n_layer=12, stride=4, capacity=0.125, params_total=3e6, params_active=1e6,
                 flops_per_token=1.01 * (2.0 * 12 * 4 * N_EMBD ** 2 + 4 * 128 * N_EMBD * 4))
     for lr, ld, ls in ((1e-3, 3.10, 3.20), (2e-3, 3.00, 3.10), (4e-3, 3.05, 2.98)):
@@ -925,7 +925,7 @@ def test_tuned_fit_pairs_each_arm_at_its_own_best_rate(tmp_path, capsys):
         make_run(tmp_path / 'runs', f'xmod_lr{lr:g}', loss=ls, learning_rate=lr, **xmod)
     make_run(tmp_path / 'runs', 'dense_lr0.002_s1', loss=3.02, learning_rate=2e-3, seed=1)
     make_run(tmp_path / 'runs', 'xmod_lr0.004_s1', loss=2.99, learning_rate=4e-3, seed=1, **xmod)
-    runs = lr_sweep.tuned_runs(load_runs([str(tmp_path / 'runs')]), 'val_loss_causal')
+    runs = rates.tuned_runs(load_runs([str(tmp_path / 'runs')]), 'val_loss_causal')
     assert sorted((r['model'], r['config']['learning_rate'], r['seed']) for r in runs) == [
         ('dense', 2e-3, 0), ('dense', 2e-3, 1), ('xmod', 4e-3, 0), ('xmod', 4e-3, 1)]
     code, err = run_main(capsys, str(tmp_path / 'runs'), '--out', str(tmp_path / 'out'), '--tuned', '--bootstrap',
@@ -965,7 +965,7 @@ def test_lr_sweep_keeps_each_schedule_its_own_arm(tmp_path):
 
 
 # -----------------------------------------------------------------------------
-# the joint law (joint_law.py): dense and X-MoD losses in one law whose rho = 1 limit is the dense law
+# the joint law (law/joint.py): dense and X-MoD losses in one law whose rho = 1 limit is the dense law
 
 def joint_sweep(root, omega=-0.08, noise=0.0):
     """Dense runs on a grid of sizes and budgets from a dense law, and X-MoD runs at three rho per (size, budget),
@@ -1019,15 +1019,15 @@ def test_joint_law_finds_a_data_term_that_moves_with_rho(tmp_path, capsys):
 def test_a_law_is_judged_against_a_constant_and_a_zero_delta():
     """versus_nulls: a law that predicts the held-out Deltas beats both nulls; one that predicts a constant is no
     better than the constant; a constant-Delta null beats a zero null only when Delta is away from 0."""
-    import joint_law
+    from law import joint
     rng = np.random.default_rng(0)
     obs = 0.01 + 0.02 * rng.standard_normal(30)
-    vs, beats = joint_law.versus_nulls(obs, obs + 0.001 * rng.standard_normal(30), 0.01)
+    vs, beats = joint.versus_nulls(obs, obs + 0.001 * rng.standard_normal(30), 0.01)
     assert beats and vs['constant']['null_rmse_delta'] == pytest.approx(np.sqrt(np.mean((obs - 0.01) ** 2)))
-    vs, beats = joint_law.versus_nulls(obs, np.full(30, obs.mean()), obs.mean())
+    vs, beats = joint.versus_nulls(obs, np.full(30, obs.mean()), obs.mean())
     assert not beats and not vs['constant']['beaten'] and vs['constant']['mean_sq_diff'] == pytest.approx(0)
     assert vs['constant']['ci'][0] <= 0 <= vs['constant']['ci'][1]
-    assert vs == joint_law.versus_nulls(obs, np.full(30, obs.mean()), obs.mean())[0]     # a fixed bootstrap seed
+    assert vs == joint.versus_nulls(obs, np.full(30, obs.mean()), obs.mean())[0]     # a fixed bootstrap seed
 
 
 # -----------------------------------------------------------------------------

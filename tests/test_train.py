@@ -163,8 +163,8 @@ def test_end_to_end(runs, model):
 
 def test_log_records_the_mean_gate_and_lr_sweep_reads_it(runs):
     """Every routed layer logs the mean gate on the tokens it took (gate_mean_l): for MoD's plain gate it is gate_l,
-    for X-MoD's variance gate its gain times the mean sigmoid, below the gain. lr_sweep.routing reads the extremes."""
-    import lr_sweep
+    for X-MoD's variance gate its gain times the mean sigmoid, below the gain. law.rates.routing reads the extremes."""
+    from law import rates
     for model in ('mod', 'xmod'):
         rows = read_log(runs[model])
         layers = [k[len('gate_mean_'):] for k in rows[0] if k.startswith('gate_mean_')]
@@ -172,11 +172,11 @@ def test_log_records_the_mean_gate_and_lr_sweep_reads_it(runs):
         for l in layers:
             gate, mean = float(rows[-1][f'gate_{l}']), float(rows[-1][f'gate_mean_{l}'])
             assert mean == gate if model == 'mod' else 0 < mean < gate
-        got = lr_sweep.routing([runs[model]])
+        got = rates.routing([runs[model]])
         finals = [float(rows[-1][f'gate_mean_{l}']) for l in layers]
         assert got['gate_final_min'] == pytest.approx(min(finals)) and got['gate_final_max'] == pytest.approx(max(finals))
         assert got['gate_ever_min'] <= got['gate_final_min'] and 0.5 < got['agreement'] <= 1
-    assert lr_sweep.routing([runs['dense']]) is None
+    assert rates.routing([runs['dense']]) is None
 
 
 def test_same_seed_same_batches():

@@ -1,7 +1,7 @@
 """
-report.py: what fit_law.py found, for people: summary.md, the eight plots and the lines it prints, and the table of
-Delta against training tokens. It fits nothing: the fitted laws come in as functions (fit_law.fitted_law). A plot
-whose data is absent says so instead of failing.
+law/report.py: what fit_law.py found, for people: summary.md, the eight plots and the lines it prints, and the
+table of Delta against training tokens. It fits nothing: the fitted laws come in as functions (fit_law.fitted_law).
+A plot whose data is absent says so instead of failing.
 """
 
 import csv
@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from runs import METRICS, ROUTER_KNOBS, config_key
+from law.load import METRICS, ROUTER_KNOBS, config_key
 
 # -----------------------------------------------------------------------------
 # plots
@@ -571,7 +571,7 @@ def summary_md(result, runs):
 
 def null_verdict(v):
     """', Delta = 0 x: beats both nulls' or ': no better than a constant' for a held-out test with its null
-    comparison (joint_law.versus_nulls); '' for a fit.json from before it."""
+    comparison (law.joint.versus_nulls); '' for a fit.json from before it."""
     if 'vs_null' not in v:
         return ''
     zero = f', Delta = 0 {fmt(v["vs_null"]["zero"]["null_rmse_delta"])}'
@@ -579,7 +579,7 @@ def null_verdict(v):
 
 
 def joint_text(j):
-    """One line about the joint law (joint_law.py) of one metric."""
+    """One line about the joint law (law/joint.py) of one metric."""
     if not j.get('fitted'):
         return f'joint: not fitted ({j.get("note")})'
     held = '; '.join(f'held out {v["held_out"]}: RMSE(Delta) {fmt(v["rmse_delta"])}, constant Delta '
@@ -594,7 +594,7 @@ def joint_md(bm):
     fitted = {m: r['joint'] for m, r in bm.items() if r.get('joint')}
     if not fitted:
         return ''
-    s = ['## Joint law (dense and X-MoD in one law; joint_law.py)\n']
+    s = ['## Joint law (dense and X-MoD in one law; law/joint.py)\n']
     for m, j in fitted.items():
         s.append(f'- `{m}`: {joint_text(j)}')
         if j.get('fitted'):

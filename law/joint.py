@@ -1,5 +1,5 @@
 """
-joint_law.py: one law for the absolute losses of dense and X-MoD runs together (fit_law.py calls it; fit.json's
+law/joint.py: one law for the absolute losses of dense and X-MoD runs together (fit_law.py calls it; fit.json's
 `joint`). Its rho = 1 limit is the dense law, and sparsity can change both the size term and the data term, as in
 the joint MoE laws (Ludziejewski et al. 2025, "Joint MoE Scaling Laws"), with rho in place of the expert count:
 
@@ -25,7 +25,7 @@ import math
 import numpy as np
 import torch
 
-from runs import config_key
+from law.load import config_key
 
 T0, S0, D0, N0 = 128, 4, 2_000_000, 787_584     # the reference point, as fit_law.py's
 HUBER_DELTA = 1e-3
