@@ -46,46 +46,20 @@ import law.rates
 import law.report
 from configurator import UserError, run_main
 from law.load import METRICS, WARNINGS, config_key, load_runs, mark_heldout, pair_heldout, pair_runs, warn
+from law.terms import BASE_TERMS, CANDIDATE_TERMS, D0, FORM, N0, S0, T0, TERMS, VARIABLES, form_of
 
 # -----------------------------------------------------------------------------
-# defaults (override on the command line)
+# the command line's defaults
 metric = 'val_loss_causal'   # the honest loss: causal routing, no peeking at later tokens
 bootstrap = 200              # bootstrap resamples for the 95% intervals
 seed = 0
-# the relative law's reference point: g reads as the gain per unit log rho at T=T0, s=S0, D=D0, N=N0
-T0 = 128
-S0 = 4
-D0 = 2_000_000               # training tokens of the reference pair
-N0 = 787_584                 # params_total of the reference dense model (4 layers, width 128)
+# the fits' constants (the relative law's terms and its reference point T0, S0, D0, N0: law/terms.py)
 SELECT_MARGIN = 0.05         # a candidate term stays only if the CV RMSE without it is > 5% worse
 # dense-law fit
 HUBER_DELTA = 1e-3
 OBJ_SCALE = 1.0 / HUBER_DELTA ** 2  # measure the summed Huber loss in units of delta^2 so L-BFGS's tolerances bite
 LBFGS_ITERS = 2000
 N_STARTS = 8                 # L-BFGS runs from the best grid points of the full fit
-# -----------------------------------------------------------------------------
-
-BASE_TERMS = ('capacity_gain', 'context_correction', 'stride_interaction')  # the abstract's three: always in
-CANDIDATE_TERMS = ('budget_correction', 'size_correction', 'budget_offset')  # in when they beat their removal
-TERMS = BASE_TERMS + CANDIDATE_TERMS
-OUTSIDE = ('budget_offset',)   # added to Delta, not scaling log(rho): a budget trend that sparsity does not set
-# each term's factor of log(rho) in the form (or, for OUTSIDE, its addend), and the variable a term other than the
-# gain needs two values of
-FACTORS = {'capacity_gain': '-capacity_gain', 'context_correction': 'context_correction*log(T/T0)',
-           'stride_interaction': 'stride_interaction*log(s/s0)', 'budget_correction': 'budget_correction*log(D/D0)',
-           'size_correction': 'size_correction*log(N_act/N0)', 'budget_offset': 'budget_offset*log(D/D0)'}
-VARIABLES = {'context_correction': ('context length', 'T', 'T'), 'stride_interaction': ('stride', 'stride', 's'),
-             'budget_correction': ('budget', 'tokens', 'D'), 'size_correction': ('active size', 'N_act', 'N_act'),
-             'budget_offset': ('budget', 'tokens', 'D')}
-
-
-def form_of(terms):
-    inside = [FACTORS[t] for t in terms if t not in OUTSIDE]
-    return 'delta = log(rho) * (' + ' + '.join(inside) + ')' + ''.join(f' + {FACTORS[t]}' for t in terms
-                                                                        if t in OUTSIDE)
-
-
-FORM = form_of(BASE_TERMS)
 
 
 # -----------------------------------------------------------------------------

@@ -26,8 +26,7 @@ import numpy as np
 import torch
 
 from law.load import config_key
-
-T0, S0, D0, N0 = 128, 4, 2_000_000, 787_584     # the reference point, as fit_law.py's
+from law.terms import D0, N0, S0, T0     # the relative law's reference point, this law's too
 HUBER_DELTA = 1e-3
 SELECT_MARGIN = 0.05
 FOLDS = 10               # cross-validation folds of X-MoD configurations (leave one out when there are fewer)

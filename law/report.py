@@ -11,6 +11,7 @@ import os
 import numpy as np
 
 from law.load import METRICS, ROUTER_KNOBS, config_key
+from law.terms import BASE_TERMS
 
 # -----------------------------------------------------------------------------
 # plots
@@ -19,7 +20,6 @@ COLORS = {'dense': 'black', 'mod': 'tab:orange', 'mod-centred': 'tab:orange', 'x
           'moe-cf1': 'tab:green', 'xmod-plain': 'tab:purple', 'xmod-nobal': 'tab:cyan', 'xmod-plain-nobal': 'tab:pink',
           'xmod-random': 'tab:gray', 'xmod-active': 'tab:olive', 'xmod-mom0': 'tab:red', 'xmod-bce1': 'tab:olive',
           'xmod-z0.01': 'tab:brown'}
-BASE = ('capacity_gain', 'context_correction', 'stride_interaction')  # fit_law.BASE_TERMS: the terms lines need no D, N
 MARKERS = {'dense': 'o', 'mod': 's', 'mod-centred': 's', 'xmod': '^', 'moe': 'D', 'moe-cf1': 'D', 'xmod-plain': 'v',
            'xmod-nobal': '<', 'xmod-plain-nobal': '>', 'xmod-random': 'x', 'xmod-active': 'P'}
 
@@ -130,7 +130,7 @@ def plot_delta_vs_logrho(axes, pairs, rel, law_delta):
                 T, s = (ref, v) if key == 'stride' else (v, ref)
                 ax.plot(xs, [law_delta(math.exp(x), T, s) for x in xs], color=c, lw=1)
         ax.axhline(0, c='0.6', lw=0.6)
-        at_ref = ', D=D0, N_act=N0' if set(rel.get('active_terms', [])) - set(BASE) else ''
+        at_ref = ', D=D0, N_act=N0' if set(rel.get('active_terms', [])) - set(BASE_TERMS) else ''
         ax.set(xlabel='log rho (total / active params)', ylabel='Delta (nats)',
                title=f'one line per {key} (law at {other}={ref}{at_ref}; red ring = held out)')
         ax.legend(fontsize=7)
