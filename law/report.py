@@ -434,7 +434,7 @@ def form_sentence(sel):
     their = lambda ts: 'its' if len(ts) == 1 else 'their'
     said = ('; none of them beats its removal here' if weak and weak == base else
             f'; of them, {", ".join(weak)} {"does" if len(weak) == 1 else "do"} not beat {their(weak)} removal here'
-            if weak else f'; each beats its removal')
+            if weak else '; each beats its removal')
     kept = f"Kept: the abstract's terms, which stay whatever their score ({', '.join(base)}{said})" + (
         f', and {", ".join(cands)}, beating {their(cands)} removal' if cands else '')
     beaten = [t for t in sel['dropped'] if terms[t]['cv_testable']]
@@ -495,7 +495,7 @@ def conclusion(result, runs):
 
 def summary_md(result, runs):
     bm, metrics, i = result['by_metric'], list(result['by_metric']), result['inputs']
-    s = [f'# X-MoD scaling-law fit\n', conclusion(result, runs),
+    s = ['# X-MoD scaling-law fit\n', conclusion(result, runs),
          f'Primary metric: `{result["metric"]}`. Inputs: {i["n_runs"]} finished runs '
          f'({", ".join(f"{k} {v}" for k, v in i["variants"].items())}), {i["n_heldout"]} held out'
          + (f' by `{i["holdout"]}`' if i['holdout'] else ' (no --holdout)') + '.\n']
