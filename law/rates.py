@@ -18,6 +18,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from law.report import mean_se
+
 
 def layout(r):
     """(stride, capacity) of a routed model, (None, None) for one that routes nothing."""
@@ -67,20 +69,13 @@ def tuned_runs(runs, metric):
     return [r for r in runs if r['config']['learning_rate'] == best[arm_key(r)]]
 
 
-def mean_se(values):
-    """(mean, standard error, n) of a list; the error is None for fewer than 2 values."""
-    v = np.asarray(values, dtype=float)
-    se = float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else None
-    return float(v.mean()), se, len(v)
-
-
 def paired_delta(sparse, dense):
     """Delta over the seeds both have: {seed: loss} each -> dict(mean, se, n, seeds)."""
     seeds = sorted(set(sparse) & set(dense))
     if not seeds:
         return None
-    m, se, n = mean_se([sparse[s] - dense[s] for s in seeds])
-    return dict(mean=m, se=se, n=n, seeds=seeds)
+    m, se = mean_se([sparse[s] - dense[s] for s in seeds])
+    return dict(mean=m, se=se, n=len(seeds), seeds=seeds)
 
 
 def routing(run_dirs):
@@ -134,7 +129,8 @@ def analyse(runs, metric):
         if not grid:
             continue
         lr_best = best_rate(by_lr)
-        m, se, n = mean_se(list(by_lr[lr_best].values()))
+        m, se = mean_se(list(by_lr[lr_best].values()))
+        n = len(by_lr[lr_best])
         edge = len(grid) > 1 and lr_best in (grid[0], grid[-1])
         best[key] = lr_best
         variant, width, T, tokens, schedule, stride, capacity = key

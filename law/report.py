@@ -203,6 +203,19 @@ def config_label(r):
     return f'{shape_label(r)} d{r["n_embd"]} {r["tokens"] / 1e6:.2g}M'
 
 
+def mean_se(values):
+    """(mean, one standard error: the std over the values / sqrt(n), None for a single value). Every mean over
+    seeds in fit.json and lr.json comes with it (law/rates.py imports it)."""
+    v = np.asarray(values, dtype=float)
+    return float(v.mean()), (float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else None)
+
+
+def n_mean_se(values):
+    """dict(n, mean, se) of mean_se, as fit.json's tables write it."""
+    m, se = mean_se(values)
+    return dict(n=len(values), mean=m, se=se)
+
+
 def delta_vs_tokens(runs, min_seeds=2):
     """Delta = L_sparse - L_dense of each pair at every evaluation both runs logged (log.csv rows with the same
     tokens), for each sparse configuration with >= min_seeds seeds paired, most seeds first:
@@ -223,9 +236,7 @@ def delta_vs_tokens(runs, min_seeds=2):
                 tokens, i, j = np.intersect1d(log['tokens'], plog['tokens'], return_indices=True)
                 for tok, a, b in zip(tokens, i, j):
                     at.setdefault(float(tok), []).append(float(log[m][a] - plog[m][b]))
-            entry[m] = [dict(tokens=tok, n=len(d), mean=float(np.mean(d)),
-                             se=float(np.std(d, ddof=1) / math.sqrt(len(d))) if len(d) > 1 else None)
-                        for tok, d in sorted(at.items())]
+            entry[m] = [dict(tokens=tok, **n_mean_se(d)) for tok, d in sorted(at.items())]
         label = config_label(rs[0])
         table[label if label not in table else f'{label} ({len(table)})'] = entry
     return table
@@ -263,9 +274,7 @@ def paired_fixes(runs):
     for (v, _), prs in sorted(by.items(), key=lambda kv: (kv[0][0], config_label(kv[1][0][0]))):
         entry = dict(fix=v, config=config_label(prs[0][0]), seeds=sorted(r['seed'] for r, _ in prs))
         for m in METRICS:
-            d = [r['loss'][m] - x['loss'][m] for r, x in prs]
-            entry[m] = dict(n=len(d), mean=float(np.mean(d)),
-                            se=float(np.std(d, ddof=1) / math.sqrt(len(d))) if len(d) > 1 else None)
+            entry[m] = n_mean_se([r['loss'][m] - x['loss'][m] for r, x in prs])
         table[entry['config']] = entry
     return table
 
@@ -442,12 +451,6 @@ def form_sentence(sel):
         f'no held-out test: {t} (one configuration alone pins it down)' for t in sel['dropped']
         if not terms[t]['cv_testable']]
     return f'{kept}. Dropped: {"; ".join(dropped) or "none"}.'
-
-
-def mean_se(values):
-    """(mean, one standard error or None for a single value)."""
-    v = np.asarray(values, dtype=float)
-    return float(v.mean()), (float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else None)
 
 
 def conclusion(result, runs):
