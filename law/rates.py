@@ -6,9 +6,14 @@ their arm's best rate (tuned_runs).
 An arm is a family variant (dense, xmod, ...) at one stride and capacity, width, context, budget and learning-rate
 schedule (a WSD branch counts as the WSD run of its budget, which it equals). For each arm: its final loss at
 every peak rate (seed 0), its best rate (the lowest seed-0 loss, or among rates within 0.005 of it in seed 0 the
-lowest mean of their shared seeds: best_rate), and the seeds' mean and standard error there. Delta = sparse - dense at the same width, context and budget, paired by
-seed: with each arm at its own best rate (the fair comparison) and with both at each shared rate. The metric is
-val_loss_causal unless --metric says otherwise (a dense run's two losses are equal).
+lowest mean of their shared seeds: best_rate), and the seeds' mean and standard error there. Delta = sparse - dense
+at the same width, context and budget, paired by seed: with each arm at its own best rate (the fair comparison) and
+with both at each shared rate. The metric is val_loss_causal unless --metric says otherwise (a dense run's two
+losses are equal).
+
+Why both Deltas: a sparse model and its dense partner need not share a best rate, so Delta at one shared rate can
+be a gap in tuning rather than in the models; Delta at each arm's own best rate is the comparison the law should
+see (fit_law.py --tuned), and the shared-rate Deltas beside it show how much the rate alone moves the verdict.
 """
 import csv
 import json
@@ -23,6 +28,8 @@ from law.report import mean_se
 
 def layout(r):
     """(stride, capacity) of a routed model, (None, None) for one that routes nothing."""
+    # the capacity is rounded so that one configuration read from several runs is one arm, whatever float noise
+    # its computation (FLOP matching, capacity_k) left in each; the MoE routes among experts, not over depth
     return (None, None) if r['model'] in ('dense', 'moe') else (r['stride'], round(r['capacity'], 4))
 
 
@@ -33,6 +40,7 @@ def label(a):
 
 def arm_key(r):
     """(variant, n_embd, T, tokens, schedule, stride, capacity): a run's arm, everything but its rate and seed."""
+    # a run from before lr_schedule existed was trained with the cosine schedule, so it joins the cosine arm
     return (r['variant'], r['n_embd'], r['T'], r['tokens'], r['config'].get('lr_schedule', 'cosine'), *layout(r))
 
 
@@ -51,11 +59,12 @@ def best_rate(by_lr):
     """An arm's best peak rate: the lowest seed-0 loss; where other rates are within CLOSE of it in seed 0 and
     they share seeds beyond seed 0 (the sweeps seed every such rate), the lowest mean over their shared seeds. One
     seed cannot tell rates 0.005 apart: picking by it alone favours the lucky seed. None without seed 0."""
-    grid = [lr for lr in by_lr if 0 in by_lr[lr]]
+    grid = [lr for lr in by_lr if 0 in by_lr[lr]]     # the sweeps scan rates at seed 0 only
     if not grid:
         return None
     best = min(grid, key=lambda lr: by_lr[lr][0])
     close = [lr for lr in grid if by_lr[lr][0] - by_lr[best][0] <= CLOSE]
+    # only the seeds every close rate has: a mean over different seeds would compare the seeds, not the rates
     seeds = sorted(set.intersection(*(set(by_lr[lr]) for lr in close)))
     if len(close) > 1 and len(seeds) > 1:
         return min(close, key=lambda lr: np.mean([by_lr[lr][s] for s in seeds]))
@@ -65,12 +74,14 @@ def best_rate(by_lr):
 def tuned_runs(runs, metric):
     """Only the runs, all seeds, at their arm's best rate (fit_law.py --tuned); an arm run at one rate keeps it."""
     table = arms(runs, metric)
+    # the same rule as lr.json's best_lr, so that a tuned fit and the rate table agree on every arm's rate
     best = {key: best_rate(by_lr) for key, by_lr in table.items()}
     return [r for r in runs if r['config']['learning_rate'] == best[arm_key(r)]]
 
 
 def paired_delta(sparse, dense):
     """Delta over the seeds both have: {seed: loss} each -> dict(mean, se, n, seeds)."""
+    # paired by seed: the seed sets the data order and the initialisation of both, so their noise partly cancels
     seeds = sorted(set(sparse) & set(dense))
     if not seeds:
         return None
@@ -89,6 +100,7 @@ def routing(run_dirs):
     for d in run_dirs:
         with open(os.path.join(d, 'log.csv'), newline='') as f:
             rows = list(csv.DictReader(f))
+        # every routed layer logs router_acc_l, so its columns name the routed layers
         layers = sorted(int(k[len('router_acc_'):]) for k in rows[0] if k.startswith('router_acc_'))
         if not layers:
             return None
@@ -99,6 +111,7 @@ def routing(run_dirs):
             if not plain:
                 continue                  # an older variance-gate run logged its gain only
             col = 'gate_'
+        # a statistic a row did not log is an empty cell (run_folder writes ''): such a row has no gate to read
         gates = np.array([[float(r[f'{col}{l}']) for l in layers] for r in rows if r[f'{col}{layers[0]}'] != ''])
         per_run.append(dict(gate_final_min=gates[-1].min(), gate_final_max=gates[-1].max(),
                             gate_ever_min=gates.min(), gate_ever_max=gates.max(),
@@ -111,18 +124,22 @@ def routing(run_dirs):
 def reference_key(key, best):
     """The arm every variant is also compared with: full X-MoD at stride 4 at the same width, context, budget and
     schedule (the capacity nearest 0.125 where there are several), or None."""
+    # the study's reference configuration (docs/results.md): the baselines and ablations are read against it
     variant, width, T, tokens, schedule, stride, capacity = key
     cands = [k for k in best if k[0] == 'xmod' and k[1:5] == (width, T, tokens, schedule) and k[5] == 4]
     return min(cands, key=lambda k: abs(math.log(k[6] / 0.125))) if cands else None
 
 
 def analyse(runs, metric):
+    """lr.json: {metric, arms: [each arm's losses at its rates and its best rate], deltas: [each sparse arm against
+    dense (and against X-MoD) at the best rates, and against dense at each shared rate]}."""
     table = arms(runs, metric)
     dirs = defaultdict(list)
     for r in runs:
         dirs[(arm_key(r), r['config']['learning_rate'])].append(r['dir'])
     result = {'metric': metric, 'arms': [], 'deltas': []}
     best = {}
+    # tables read by schedule, width, context and budget, with dense first in each, the reference of the rows below
     for key in sorted(table, key=lambda k: (k[4], k[1], k[2], k[3], k[0] != 'dense', k[0], k[5] or 0, k[6] or 0)):
         by_lr = table[key]
         grid = sorted(lr for lr in by_lr if 0 in by_lr[lr])
@@ -131,11 +148,12 @@ def analyse(runs, metric):
         lr_best = best_rate(by_lr)
         m, se = mean_se(list(by_lr[lr_best].values()))
         n = len(by_lr[lr_best])
+        # a best rate at the grid's edge may not be the best rate at all: the table flags it for a wider scan
         edge = len(grid) > 1 and lr_best in (grid[0], grid[-1])
         best[key] = lr_best
         variant, width, T, tokens, schedule, stride, capacity = key
-        result['arms'].append(dict(variant=variant, stride=stride, capacity=capacity, n_embd=width, T=T, tokens=tokens,
-                                   schedule=schedule, lrs=grid,
+        result['arms'].append(dict(variant=variant, stride=stride, capacity=capacity, n_embd=width, T=T,
+                                   tokens=tokens, schedule=schedule, lrs=grid,
                                    loss=[by_lr[lr][0] for lr in grid], best_lr=lr_best, best_at_edge=edge,
                                    best_mean=m, best_se=se, best_seeds=n,
                                    routing=routing(dirs[(key, lr_best)]) if stride is not None else None))
@@ -199,8 +217,10 @@ def to_markdown(result):
 
 
 def plot(result, path):
+    """lr_vs_loss.png: one panel per width, context, budget and schedule; each arm's seed-0 loss against the peak
+    rate, and its seeds' mean +- 1 standard error at its best rate."""
     import matplotlib
-    matplotlib.use('Agg')
+    matplotlib.use('Agg')           # files only: no display is needed, as on a cluster node
     import matplotlib.pyplot as plt
     panels = sorted({(a['n_embd'], a['T'], a['tokens'], a['schedule']) for a in result['arms']})
     cols = min(4, len(panels))

@@ -16,6 +16,8 @@ from law.terms import BASE_TERMS
 # -----------------------------------------------------------------------------
 # plots
 
+# a variant keeps its family's colour (mod-centred is MoD, moe-cf1 the MoE), so that a reader matches points across
+# the eight plots by colour alone; the router-knob ablations of X-MoD get colours of their own
 COLORS = {'dense': 'black', 'mod': 'tab:orange', 'mod-centred': 'tab:orange', 'xmod': 'tab:blue', 'moe': 'tab:green',
           'moe-cf1': 'tab:green', 'xmod-plain': 'tab:purple', 'xmod-nobal': 'tab:cyan', 'xmod-plain-nobal': 'tab:pink',
           'xmod-random': 'tab:gray', 'xmod-active': 'tab:olive', 'xmod-mom0': 'tab:red', 'xmod-bce1': 'tab:olive',
@@ -56,6 +58,8 @@ def plot_loss_vs_flops(ax, runs, metric):
 
 
 def plot_loss_vs_params(ax, runs, metric):
+    # each dense run with its FLOP-matched partners: the same compute per token, so along a grey line only the total
+    # parameters change, and its slope is what the extra (routed) parameters buy
     groups = [(d, [d] + [r for r in runs if r['partner'] is d]) for d in runs if d['model'] == 'dense']
     groups = [(d, g) for d, g in groups if len(g) > 1]
     if not groups:
@@ -90,6 +94,7 @@ def plot_pred_vs_obs(axes, runs, pairs, law_L, metric):
         empty_note(ax, 'relative law not fitted')
     ax.set(xlabel='observed Delta (nats)', ylabel='predicted Delta', title='X-MoD Delta vs FLOP-matched dense')
     ax = axes[1]
+    # the relative law predicts the gap only: an X-MoD run's L is the dense law at its partner's N and D plus it
     pts = [(r['loss'][metric], law_L(r['params_total'], r['tokens']), r['heldout'], 'dense')
            for r in runs if r['model'] == 'dense']
     pts += [(p['run']['loss'][metric], law_L(p['run']['partner']['params_total'], p['run']['partner']['tokens'])
@@ -111,9 +116,11 @@ def plot_delta_vs_logrho(axes, pairs, rel, law_delta):
         for ax in axes:
             empty_note(ax, 'no full X-MoD run with a dense partner')
         return
+    # a panel varies one variable and holds the other at its commonest value, the one most points were run at
     most = lambda xs: max(set(xs), key=xs.count)
     T_ref, s_ref = most([p['T'] for p in pairs]), most([p['stride'] for p in pairs])
-    x_max = max(math.log(p['rho']) for p in pairs) * 1.05 or 1.0
+    x_max = max(math.log(p['rho']) for p in pairs) * 1.05 or 1.0     # all rho = 1: still an axis to draw
+
     xs = np.linspace(0, x_max, 50)
     import matplotlib
     cmap = matplotlib.colormaps['viridis']
@@ -130,6 +137,7 @@ def plot_delta_vs_logrho(axes, pairs, rel, law_delta):
                 T, s = (ref, v) if key == 'stride' else (v, ref)
                 ax.plot(xs, [law_delta(math.exp(x), T, s) for x in xs], color=c, lw=1)
         ax.axhline(0, c='0.6', lw=0.6)
+        # the lines need a budget and a size when the law has a term in them: they are drawn at the reference ones
         at_ref = ', D=D0, N_act=N0' if set(rel.get('active_terms', [])) - set(BASE_TERMS) else ''
         ax.set(xlabel='log rho (total / active params)', ylabel='Delta (nats)',
                title=f'one line per {key} (law at {other}={ref}{at_ref}; red ring = held out)')
@@ -144,6 +152,8 @@ def shape_label(r):
 
 
 def plot_ablations(ax, runs, metric):
+    # Delta against each run's own dense partner rather than raw losses: configurations of different compute then
+    # share one axis, and 0 is the dense model
     by = {}
     for r in runs:
         if r['partner'] is not None:
@@ -168,6 +178,8 @@ def plot_ablations(ax, runs, metric):
 
 
 def plot_training_curves(ax, runs, metric):
+    # one picture of the families side by side: the dense run with the most FLOP-matched families, each the partner
+    # closest in FLOPs per token, so that the curves differ by the family and not by the compute
     best = None
     for d in runs:
         if d['model'] != 'dense':
@@ -288,6 +300,7 @@ def log_columns(run):
     num = lambda x: float(x) if x not in ('', None) else np.nan
     out = {}
     for name in ('router_acc', 'score_std', 'jaccard', 'gate', 'causal_rate'):
+        # NAME_l for each routed layer l, averaged over layers; the digits test keeps gate_mean_l out of gate
         per_row = [[num(v) for k, v in row.items() if k.startswith(name + '_') and k[len(name) + 1:].isdigit()]
                    for row in rows]
         out[name] = np.array([np.nanmean(x) if x and not np.all(np.isnan(x)) else np.nan for x in per_row])
@@ -362,6 +375,8 @@ def plot_routing_diagnostics(axes, runs, metric):
         axes[2].plot(x, mean('untouched_frac'), c=color(v), ls='--', label=f'{lab}: untouched by all {R}')
         axes[3].plot(x, mean('causal_rate') / c, c=color(v), marker='o', ms=3, label=f'{lab}: causal rate / c')
         gap_ax.plot(x, mean('gap'), c=color(v), ls='--', label=f'{lab}: causal - top-k loss (right)')
+    # the baselines of layers that choose independently, each taking a fraction c: two of them share c^2 of the
+    # tokens of the c + c - c^2 either takes (Jaccard c/(2-c)), and all R miss a token with probability (1-c)^R
     axes[2].axhline(c / (2 - c), c='0.4', lw=0.8, ls=':', label='independent choices: Jaccard c/(2-c)')
     axes[2].axhline((1 - c) ** R, c='0.4', lw=0.8, ls='-.', label=f'independent choices: untouched (1-c)^{R}')
     axes[3].axhline(1, c='0.6', lw=0.6)
@@ -382,8 +397,8 @@ def plot_routing_diagnostics(axes, runs, metric):
 def make_plots(out, runs, pairs, res, metric, law, dvt):
     """The eight plots of one metric; law = (L(N, D), Delta(rho, T, s, ...)), the fitted laws as functions;
     dvt = delta_vs_tokens(runs), one panel per configuration (at most 4)."""
-    import matplotlib
-    matplotlib.use('Agg')
+    import matplotlib          # here, not at the top: the tables and summary.md do not need it
+    matplotlib.use('Agg')      # files only: no display is needed, as on a cluster node
     import matplotlib.pyplot as plt
     specs = [('loss_vs_flops', 1, lambda a: plot_loss_vs_flops(a[0], runs, metric)),
              ('loss_vs_params', 1, lambda a: plot_loss_vs_params(a[0], runs, metric)),
@@ -423,7 +438,9 @@ def md_table(header, rows):
     return '\n'.join(lines)
 
 
-# What each term's sign means. Delta = L(X-MoD) - L(its FLOP-matched dense partner): above 0, X-MoD is behind.
+# What each term's sign means, beside its value in summary.md: a coefficient's sign is easy to misread, since the gain
+# enters with a minus sign and the corrections with a plus. Delta = L(X-MoD) - L(its FLOP-matched dense partner):
+# above 0, X-MoD is behind.
 SIGNS = {'capacity_gain': 'enters with a minus sign: > 0, X-MoD is ahead (Delta falls by it per unit log rho, at T0 '
                           'and s0); < 0, X-MoD is behind',
          'context_correction': '> 0: X-MoD loses ground at longer contexts (per unit log rho and log(T/T0))',
@@ -463,6 +480,7 @@ def conclusion(result, runs):
     if not pairs:
         return 'No full X-MoD run has a FLOP-matched dense partner here: there is no Delta to conclude about.\n'
     delta = lambda r: r['loss'][m] - r['partner']['loss'][m]
+    # the reference pairs, where the law's gain is read: tokens within the pairing's 1% (2,000,896 is D0 = 2M)
     ref = [r for r in pairs if r['stride'] == rel['s0'] and r['T'] == rel['T0'] and
            abs(r['tokens'] - rel['D0']) <= 0.01 * rel['D0'] and r['partner']['params_total'] == rel['N0']]
     where = lambda d: 'behind' if d > 0 else 'ahead of'
@@ -485,6 +503,8 @@ def conclusion(result, runs):
         s.append(f'The fitted capacity_gain is {g:+.4g}: ' + ('negative, so X-MoD is behind' if g < 0 else
                                                               'positive, so X-MoD is ahead')
                  + f' by {abs(g):.4f} per unit log rho at T0 and s0.')
+    # the verdict a reader needs before the tables: a law whose terms predict left-out configurations no better
+    # than one constant has found no trend, however well it fits
     null = (bm['metrics'].get('budget_forms') or {}).get('constant Delta (null)') or {}
     law, terms = (bm['metrics']['cv'] or {}).get('delta_rmse'), ', '.join(bm['relative'].get('active_terms', []))
     if law is not None and null.get('cv_rmse') is not None:
@@ -656,17 +676,20 @@ def goals_md(bm):
             + md_table(['metric', 'RMSE', 'sign', 'R^2'], rows) + '\n')
 
 
+def mean_pm_se(row):
+    """A {mean, se} row of n_mean_se as summary.md writes it: '-0.0100 +- 0.0058', the mean alone for one seed."""
+    return '-' if row is None else f'{row["mean"]:+.4f}' + ('' if row['se'] is None else f' +- {row["se"]:.4f}')
+
+
 def delta_vs_tokens_md(table):
     s = ['## Delta against training tokens (delta_vs_tokens.png)\n',
          'Mean over seeds +- 1 standard error, at every evaluation a run and its dense partner both logged.\n']
     if not table:
         return '\n'.join(s + ['No sparse configuration has 2 seeds or more with dense partners.\n'])
-    pm = lambda row: ('-' if row is None else f'{row["mean"]:+.4f}'
-                      + ('' if row['se'] is None else f' +- {row["se"]:.4f}'))
     rows = []
     for label, e in table.items():
         topk = {row['tokens']: row for row in e['val_loss']}
-        rows += [[label, len(e['seeds']), f'{row["tokens"]:.0f}', pm(row), pm(topk.get(row['tokens']))]
+        rows += [[label, len(e['seeds']), f'{row["tokens"]:.0f}', mean_pm_se(row), mean_pm_se(topk.get(row['tokens']))]
                  for row in e['val_loss_causal']]
     return '\n'.join(s + [md_table(['config', 'seeds', 'tokens', 'Delta causal', 'Delta top-k'], rows) + '\n'])
 
@@ -677,8 +700,8 @@ def fixes_md(table):
          'A fix wins beyond noise when the mean is below -2 standard errors.\n']
     if not table:
         return '\n'.join(s + ['No router-knob fix has a full X-MoD run of the same config and seed.\n'])
-    pm = lambda e: f'{e["mean"]:+.4f}' + ('' if e['se'] is None else f' +- {e["se"]:.4f}')
-    rows = [[e['fix'], e['config'], ', '.join(map(str, e['seeds'])), pm(e['val_loss_causal']), pm(e['val_loss'])]
+    rows = [[e['fix'], e['config'], ', '.join(map(str, e['seeds'])), mean_pm_se(e['val_loss_causal']),
+             mean_pm_se(e['val_loss'])]
             for e in table.values()]
     return '\n'.join(s + [md_table(['fix', 'config', 'seeds', 'causal', 'top-k'], rows) + '\n'])
 
