@@ -12,24 +12,19 @@ import json
 import os
 import sys
 
-from configurator import UserError
+from configurator import run_main
 from law.load import METRICS, load_runs
 from law.rates import analyse, plot, to_markdown
 
 
-def main(argv=None):
+def lr_sweep(argv):
     p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('runs', nargs='+', help='run folders or globs (each holding run.json and log.csv)')
     p.add_argument('--out', required=True, help='folder for lr.json, lr.md and lr_vs_loss.png')
     p.add_argument('--metric', default='val_loss_causal', choices=METRICS)
     cfg = p.parse_args(argv)
-    try:
-        runs = load_runs(cfg.runs)
-    except UserError as e:
-        print(f'lr_sweep.py: error: {e}', file=sys.stderr)
-        return 2
-    result = analyse(runs, cfg.metric)
+    result = analyse(load_runs(cfg.runs), cfg.metric)
     os.makedirs(cfg.out, exist_ok=True)
     with open(os.path.join(cfg.out, 'lr.json'), 'w') as f:
         json.dump(result, f, indent=1, default=str)
@@ -40,6 +35,10 @@ def main(argv=None):
     print(md)
     print(f"wrote {cfg.out}/lr.json, lr.md, lr_vs_loss.png")
     return 0
+
+
+def main(argv=None):
+    return run_main('lr_sweep.py', lr_sweep, argv)       # bad input: one line on stderr, exit 2 (as fit_law.py)
 
 
 if __name__ == '__main__':
