@@ -4,7 +4,7 @@ Fit the X-MoD scaling law from a sweep of finished training runs.
     python fit_law.py RUNS... --out DIR [--holdout FILTER]... [--metric val_loss_causal|val_loss] [--bootstrap 200]
     python fit_law.py --advise DIR --flops=C [--block_size=T] [--n_embd=W] [--dense_layers=L] [--json]
 
-RUNS: run directories, globs of them, or folders with runs below them, read by runs.py (what it accepts:
+RUNS: run directories, globs of them, or folders with runs below them, read by law/load.py (what it accepts:
 docs/fit_law.md). Two laws, for the reasons in docs/design.md, "The law":
 
 1. Dense runs: Chinchilla's L(N, D) = E + A/N^alpha + B/D^beta, N = params_total (non-embedding), D = final tokens.
@@ -25,7 +25,7 @@ Held-out runs (--holdout) are left out of both fits and the selection, and predi
 each against its goal (heldout_goals), L's relative error (dense law or observed partner, + Delta), the dense law's
 error on held-out dense runs. Intervals: 95% bootstrap percentiles over dense runs and over pairs, the form held
 fixed, none where the runs cannot give one. Seed noise: the pooled std over seeds of L and of Delta. Both metrics
-are fitted; --metric is the primary one. --out gets fit.json, and from report.py summary.md and eight plots (one of
+are fitted; --metric is the primary one. --out gets fit.json, and from law/report.py summary.md and eight plots (one of
 them Delta against training tokens, seed mean +- 1 standard error); numbers are not rounded, undefined ones null.
 """
 
@@ -41,51 +41,25 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-import joint_law
-import lr_sweep
-import report
+import law.joint
+import law.rates
+import law.report
 from configurator import UserError, run_main
-from runs import METRICS, WARNINGS, config_key, load_runs, mark_heldout, pair_heldout, pair_runs, warn
+from law.load import METRICS, WARNINGS, config_key, load_runs, mark_heldout, pair_heldout, pair_runs, warn
+from law.terms import BASE_TERMS, CANDIDATE_TERMS, D0, FORM, N0, S0, T0, TERMS, VARIABLES, form_of
 
 # -----------------------------------------------------------------------------
-# defaults (override on the command line)
+# the command line's defaults
 metric = 'val_loss_causal'   # the honest loss: causal routing, no peeking at later tokens
 bootstrap = 200              # bootstrap resamples for the 95% intervals
 seed = 0
-# the relative law's reference point: g reads as the gain per unit log rho at T=T0, s=S0, D=D0, N=N0
-T0 = 128
-S0 = 4
-D0 = 2_000_000               # training tokens of the reference pair
-N0 = 787_584                 # params_total of the reference dense model (4 layers, width 128)
+# the fits' constants (the relative law's terms and its reference point T0, S0, D0, N0: law/terms.py)
 SELECT_MARGIN = 0.05         # a candidate term stays only if the CV RMSE without it is > 5% worse
 # dense-law fit
 HUBER_DELTA = 1e-3
 OBJ_SCALE = 1.0 / HUBER_DELTA ** 2  # measure the summed Huber loss in units of delta^2 so L-BFGS's tolerances bite
 LBFGS_ITERS = 2000
 N_STARTS = 8                 # L-BFGS runs from the best grid points of the full fit
-# -----------------------------------------------------------------------------
-
-BASE_TERMS = ('capacity_gain', 'context_correction', 'stride_interaction')  # the abstract's three: always in
-CANDIDATE_TERMS = ('budget_correction', 'size_correction', 'budget_offset')  # in when they beat their removal
-TERMS = BASE_TERMS + CANDIDATE_TERMS
-OUTSIDE = ('budget_offset',)   # added to Delta, not scaling log(rho): a budget trend that sparsity does not set
-# each term's factor of log(rho) in the form (or, for OUTSIDE, its addend), and the variable a term other than the
-# gain needs two values of
-FACTORS = {'capacity_gain': '-capacity_gain', 'context_correction': 'context_correction*log(T/T0)',
-           'stride_interaction': 'stride_interaction*log(s/s0)', 'budget_correction': 'budget_correction*log(D/D0)',
-           'size_correction': 'size_correction*log(N_act/N0)', 'budget_offset': 'budget_offset*log(D/D0)'}
-VARIABLES = {'context_correction': ('context length', 'T', 'T'), 'stride_interaction': ('stride', 'stride', 's'),
-             'budget_correction': ('budget', 'tokens', 'D'), 'size_correction': ('active size', 'N_act', 'N_act'),
-             'budget_offset': ('budget', 'tokens', 'D')}
-
-
-def form_of(terms):
-    inside = [FACTORS[t] for t in terms if t not in OUTSIDE]
-    return 'delta = log(rho) * (' + ' + '.join(inside) + ')' + ''.join(f' + {FACTORS[t]}' for t in terms
-                                                                        if t in OUTSIDE)
-
-
-FORM = form_of(BASE_TERMS)
 
 
 # -----------------------------------------------------------------------------
@@ -365,7 +339,7 @@ def select_terms(fit, test, identified):
     selection = dict(kept=kept, dropped=dropped, terms=terms)
     return kept, dict(rule=f'a candidate term stays only if the leave-one-configuration-out RMSE of Delta without it '
                       f'is more than {SELECT_MARGIN:.0%} worse than with it; base terms always stay',
-                      margin=SELECT_MARGIN, forms=forms, **selection, summary=report.form_sentence(selection))
+                      margin=SELECT_MARGIN, forms=forms, **selection, summary=law.report.form_sentence(selection))
 
 
 SAT_BETAS = (0.25, 0.5, 1.0, 2.0)   # exponents tried for the saturating budget term
@@ -440,8 +414,8 @@ def run_relative(runs, metric, dense, delta_std, n_boot, rng):
         if t not in active:
             sel = metrics['selection']['terms'][t]
             notes[t] = ('dropped: one configuration alone pins it down, so no held-out test' if not sel['cv_testable']
-                        else f'dropped by the selection: CV RMSE {report.fmt(sel["cv_rmse_without"])} without it, '
-                        f'{report.fmt(sel["cv_rmse_with"])} with it')
+                        else f'dropped by the selection: CV RMSE {law.report.fmt(sel["cv_rmse_without"])} without '
+                        f'it, {law.report.fmt(sel["cv_rmse_with"])} with it')
     y = np.array([p['delta'] for p in fit])
     X = rel_design(fit, active)
     coef = wls(X, y)
@@ -461,8 +435,8 @@ def run_relative(runs, metric, dense, delta_std, n_boot, rng):
         p['pred'] = float(rel_predict([p], active, coef)[0])
     metrics['fit'] = pair_metrics(fit, metric, dense, delta_std)
     metrics['heldout'] = pair_metrics(test, metric, dense, delta_std) if test else None
-    if test:      # against a constant Delta (the fitted pairs' mean) and Delta = 0 (joint_law.versus_nulls)
-        metrics['heldout']['vs_null'], metrics['heldout']['beats_null'] = joint_law.versus_nulls(
+    if test:      # against a constant Delta (the fitted pairs' mean) and Delta = 0 (law.joint.versus_nulls)
+        metrics['heldout']['vs_null'], metrics['heldout']['beats_null'] = law.joint.versus_nulls(
             [p['delta'] for p in test], [p['pred'] for p in test], np.mean([p['delta'] for p in fit]))
     metrics['goals'] = heldout_goals(metrics['heldout'], delta_std)
     metrics['cv'] = dict(delta_rmse=loco_cv(fit, active), scheme='leave one configuration (all seeds) out')
@@ -550,7 +524,7 @@ def fit_metric(runs, metric, n_boot, seed_, dense_cache, joint=True):
     dense = dense_cache[key]
     rel, metrics, pairs = run_relative(runs, metric, dense, noise['delta_std'], n_boot,
                                        np.random.default_rng([seed_, 1]))
-    joint = joint_law.joint_fit(runs, metric, [dense[k] for k in ('a', 'alpha', 'b', 'beta', 'e')],
+    joint = law.joint.joint_fit(runs, metric, [dense[k] for k in ('a', 'alpha', 'b', 'beta', 'e')],
                                 noise['delta_std'], n_boot, np.random.default_rng([seed_, 2])) if joint else None
 
     def dense_err(held):
@@ -569,7 +543,7 @@ def fit_metric(runs, metric, n_boot, seed_, dense_cache, joint=True):
 
 
 def fitted_law(res):
-    """One metric's fitted laws as functions, L(N, D) and Delta(rho, T, s, D, N_act), for report.py's points and
+    """One metric's fitted laws as functions, L(N, D) and Delta(rho, T, s, D, N_act), for law/report.py's points and
     lines; Delta's budget and active size default to the reference ones."""
     terms = res['relative'].get('active_terms', [])
     coef = np.array([res['relative']['coefficients'][t]['value'] for t in terms])
@@ -629,9 +603,9 @@ def parse_args(argv):
     p.add_argument('--bootstrap', type=int, default=bootstrap, help=f'bootstrap resamples (default {bootstrap})')
     p.add_argument('--seed', type=int, default=seed, help='bootstrap seed')
     p.add_argument('--tuned', action='store_true', help='fit only the runs at their arm\'s best peak learning rate '
-                   '(lr_sweep.py\'s rule: the lowest seed-0 loss of --metric), all seeds; an arm run at one rate '
-                   'keeps it. Without it every rate is fitted, each X-MoD run paired with the dense run of its rate')
-    p.add_argument('--skip_joint', action='store_true', help='leave out the joint law (joint_law.py; its form '
+                   '(lr_sweep.py\'s rule, law/rates.py: the lowest seed-0 loss of --metric), all seeds; an arm run at '
+                   'one rate keeps it. Without it every rate is fitted, each X-MoD run paired with the dense run of its rate')
+    p.add_argument('--skip_joint', action='store_true', help='leave out the joint law (law/joint.py; its form '
                    'selection refits it tens of times: minutes on a large sweep)')
     a = p.add_argument_group('the adviser: which routing configuration to choose, from a fit (no runs, no --out)')
     a.add_argument('--advise', metavar='FIT', help='a fit folder (or its fit.json): answer from its joint law')
@@ -657,7 +631,7 @@ def parse_args(argv):
 
 def advise(cfg):
     """fit_law.py --advise: the fit's joint law asked which X-MoD configuration to train at this budget, context
-    and dense size (joint_law.advise); a table and one line, or JSON."""
+    and dense size (law.joint.advise); a table and one line, or JSON."""
     path = cfg.advise if cfg.advise.endswith('.json') else os.path.join(cfg.advise, 'fit.json')
     try:
         with open(path) as f:
@@ -665,7 +639,7 @@ def advise(cfg):
     except (OSError, ValueError) as e:
         raise UserError(f'{path}: cannot read a fit ({e})')
     try:
-        out = joint_law.advise(fit_json, cfg.flops, cfg.block_size, cfg.n_embd, cfg.dense_layers, cfg.n_head,
+        out = law.joint.advise(fit_json, cfg.flops, cfg.block_size, cfg.n_embd, cfg.dense_layers, cfg.n_head,
                                cfg.vocab_size)
     except ValueError as e:
         raise UserError(f'{path}: {e}')
@@ -680,8 +654,8 @@ def advise(cfg):
     rows = [[f"xmod s{c['stride']}", f"{c['capacity']:.4f}", c['layout'], f"{c['rho']:.2f}",
              f"{c['tokens'] / 1e6:.3g}M", f"{c['loss']:.4f}",
              f"{c['delta']:+.4f} [{c['delta_ci'][0]:+.4f}, {c['delta_ci'][1]:+.4f}]"] for c in out['candidates']]
-    print(report.md_table(['config', 'capacity', 'layout', 'rho', 'tokens', 'predicted loss',
-                           'Delta against dense [95%]'], rows))
+    print(law.report.md_table(['config', 'capacity', 'layout', 'rho', 'tokens', 'predicted loss',
+                               'Delta against dense [95%]'], rows))
     for s_ in (s_ for s_ in out['skipped'] if s_['why'] != 'the same model as another'):
         print(f"not asked: xmod stride {s_['stride']}, capacity {s_['capacity']:g}: {s_['why']}")
     print(f"best: {out['verdict']}")
@@ -693,7 +667,7 @@ def run(cfg):
     runs = load_runs(cfg.runs)
     n_loaded = len(runs)
     if cfg.tuned:
-        runs = lr_sweep.tuned_runs(runs, cfg.metric)
+        runs = law.rates.tuned_runs(runs, cfg.metric)
     pair_runs(runs)
     mark_heldout(cfg.holdout, runs)
     check_fittable(runs, cfg.runs)
@@ -702,23 +676,24 @@ def run(cfg):
     for m in (cfg.metric, *[x for x in METRICS if x != cfg.metric]):
         by_metric[m], pairs_by_metric[m] = fit_metric(runs, m, cfg.bootstrap, cfg.seed, dense_cache,
                                                       joint=not cfg.skip_joint)
-    variants = dict(sorted(Counter(r['variant'] for r in runs).items(), key=lambda kv: (report.rank(kv[0]), kv[0])))
+    variants = dict(sorted(Counter(r['variant'] for r in runs).items(),
+                           key=lambda kv: (law.report.rank(kv[0]), kv[0])))
     holdout = ' or '.join(cfg.holdout) if cfg.holdout else None  # a run matching one filter or another is held out
     result = dict(metric=cfg.metric,
                   inputs=dict(n_runs=len(runs), variants=variants, holdout=holdout, tuned=cfg.tuned,
                               n_off_best_rate=n_loaded - len(runs),
                               n_heldout=sum(r['heldout'] for r in runs), bootstrap=cfg.bootstrap, seed=cfg.seed),
                   warnings=list(WARNINGS), **by_metric[cfg.metric], by_metric=by_metric,
-                  delta_vs_tokens=report.delta_vs_tokens(runs),
-                  fixes=report.paired_fixes(runs), runs=[run_row(r) for r in runs])
+                  delta_vs_tokens=law.report.delta_vs_tokens(runs),
+                  fixes=law.report.paired_fixes(runs), runs=[run_row(r) for r in runs])
     os.makedirs(cfg.out, exist_ok=True)
     with open(os.path.join(cfg.out, 'fit.json'), 'w') as f:
         json.dump(to_json(result), f, indent=1)
     with open(os.path.join(cfg.out, 'summary.md'), 'w') as f:
-        f.write(report.summary_md(result, runs))
-    n_plots = len(report.make_plots(cfg.out, runs, pairs_by_metric[cfg.metric], by_metric[cfg.metric],
-                                    cfg.metric, fitted_law(by_metric[cfg.metric]), result['delta_vs_tokens']))
-    report.print_summary(result, cfg.out, n_plots)
+        f.write(law.report.summary_md(result, runs))
+    n_plots = len(law.report.make_plots(cfg.out, runs, pairs_by_metric[cfg.metric], by_metric[cfg.metric],
+                                        cfg.metric, fitted_law(by_metric[cfg.metric]), result['delta_vs_tokens']))
+    law.report.print_summary(result, cfg.out, n_plots)
     return result
 
 

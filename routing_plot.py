@@ -88,7 +88,7 @@ def shown(piece):
 def text_cells(pieces, depth, width):
     """Lay the tokens out in rows of at most `width` characters, a new row after each newline. Returns the
     (rows, width) depth grid (NaN where empty) and the list of (row, col, char) to write."""
-    cells, grid_rows = [], []
+    cells = []
     row, col = 0, 0
     for piece, d in zip(pieces, depth):
         text = shown(piece) or '?'

@@ -32,7 +32,7 @@ from configurator import UserError, check_dtype, one_line
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 RUN_FILES = ('run.json', 'log.csv', 'ckpt.pt')
-# The first columns of log.csv, in this order; the model's statistics follow them. fit_law.py (runs.py) reads these.
+# The first columns of log.csv, in this order; the model's statistics follow them. fit_law.py (law/load.py) reads these.
 LOG_COLUMNS = ('step', 'tokens', 'flops', 'lr', 'elapsed_s', 'tokens_per_s', 'train_loss', 'val_loss',
                'val_loss_causal')
 CKPT_KEYS = ('model', 'optimizer', 'config', 'model_args', 'step', 'rng', 'meta')

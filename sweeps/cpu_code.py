@@ -10,7 +10,7 @@ tokens are 8% of pycode's 25M training bytes: no run repeats data.
 1. Each arm on the rates 2e-3, 4e-3, 8e-3 (seed 0), extended by 2x past an edge that holds its best finished rate
    (cpu_lr.tune; a diverged run counts as worse than any).
 2. Seeds 1 and 2 at the best rate and at every rate within 0.005 of it in seed 0 (cpu_lr.seed_rates); the seed mean
-   then chooses (lr_sweep.best_rate).
+   then chooses (law.rates.best_rate).
 sweep.py --dry_run: 6.84e13 training FLOPs for the 6 runs of the grid (1.14e13 a run, both arms), before the edges
 and seeds are known; with seeds at one rate per arm, 10 runs and 1.14e14, about an hour on 2 quiet cores. The layouts
 (python sweeps/cpu_code.py): dense DDDD 1.901M FLOPs/token, X-MoD DrrrDrrrDrrr at c 0.125 (16/128) 1.896M.

@@ -86,7 +86,7 @@ def tune(loss_at, grid):
 
 def seed_rates(loss_at, grid, within=0.005):
     """The rates that get seeds once the grid is finished: the best seed-0 rate and every rate within `within` of
-    it in seed 0, whose seeds then decide between them by their mean (lr_sweep.best_rate); [] before. A single seed
+    it in seed 0, whose seeds then decide between them by their mean (law.rates.best_rate); [] before. A single seed
     cannot tell rates 0.005 apart (seed-to-seed SD ~0.007 here), so choosing by it alone inflates the winner."""
     lrs, best = tune(loss_at, grid)
     if best is None:

@@ -20,7 +20,7 @@ results/cpu_lr (width 128, T=128, 2M tokens, cosine, the cpu_small recipe). That
 1. Each arm on the rates 2e-3, 4e-3, 8e-3 (seed 0, min_lr = lr / 10), extended by 2x past an edge that holds its
    best finished rate (a diverged run counts as worse than any), as sweeps/cpu_lr.py does.
 2. Seeds 1-4 at the best rate and at every rate within 0.005 of it in seed 0 (cpu_lr.seed_rates); the seed
-   mean then chooses (lr_sweep.best_rate). The same rule gives the reference X-MoD seeds 1-4 at 8e-3, 0.0004 behind
+   mean then chooses (law.rates.best_rate). The same rule gives the reference X-MoD seeds 1-4 at 8e-3, 0.0004 behind
    its 4e-3 in seed 0: `python sweep.py sweeps/cpu_lr.py` runs them (4 runs, 4.5e13 FLOPs).
 About 40 runs of about 1.1e13 training FLOPs each (sweep.py --dry_run: 2.4e14 for the 21 runs of the grid, before
 the edges and seeds are known): about 3 hours with 2 one-thread runs at a time on 2 quiet cores.

@@ -17,8 +17,6 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 from data import tokenizers as tok
 from data.shakespeare import prepare as shk
 from data.openwebtext import prepare as owt

@@ -4,15 +4,12 @@ shakespeare_next_line built deterministically from the validation split alone.""
 import json
 import os
 import random
-import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 import downstream
 import xmod
 from data.tokenizers import from_meta, load_meta, meta_for

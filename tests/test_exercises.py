@@ -10,10 +10,10 @@ import textwrap
 
 import pytest
 
+import exercises
+import graders
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, 'tutorial'))
-import exercises  # noqa: E402
-import graders  # noqa: E402
 
 SCRIPT = os.path.join(ROOT, 'tutorial', 'exercises.py')
 ENV = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')

@@ -1,14 +1,11 @@
 """KV-cache generation: each new token runs each layer once; a routed layer caches only the tokens it took. The
 cached decode equals the causal forward (logits to 1e-4, the same greedy tokens) for every family, batch > 1 with
 different selections per sequence, and past block_size (the exact sliding window, and the default refilled one)."""
-import os
-import sys
 
 import pytest
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from xmod import GPT, GPTConfig, RoutedBlock, decode_next, new_caches, prefill  # noqa: E402
+from xmod import GPT, GPTConfig, RoutedBlock, decode_next, new_caches, prefill
 
 torch.set_num_threads(1)
 V = 48

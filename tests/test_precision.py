@@ -12,13 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_train import (ENV, ROOT, SAMPLE, TINY, TRAIN, assert_bad_input, assert_same_losses,  # noqa: E402
-                        corpus, needs_devices, read_json, read_log, run)  # noqa: F401 (corpus: a fixture)
-from test_xmod import CASES, V, batch, rel_err, tiny  # noqa: E402
-
-import run_folder  # noqa: E402
-from xmod import GPT, MoE, RoutedBlock  # noqa: E402
+import run_folder
+from conftest import (CASES, ENV, ROOT, SAMPLE, TINY, TRAIN, V, assert_bad_input, assert_same_losses, batch,
+                      needs_devices, read_json, read_log, rel_err, run, tiny)
+from xmod import GPT, MoE, RoutedBlock
 
 DTYPES = {'bfloat16': torch.bfloat16, 'float16': torch.float16}
 DEV = os.environ.get('XMOD_TEST_DEVICE', 'cpu')

@@ -6,7 +6,6 @@ checkpoint made here, no training, no data folder.
 """
 import contextlib
 import os
-import sys
 from dataclasses import asdict
 
 import numpy as np
@@ -14,8 +13,6 @@ import pytest
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 import run_folder
 import routing_plot
 import sample
@@ -172,7 +169,7 @@ def test_layer_overlap_sees_layers_that_take_the_same_tokens():
 @pytest.fixture(scope='module')
 def trained(tmp_path_factory):
     """A tiny trained X-MoD run and a dense one on the same char-level text: {model: run folder}."""
-    from test_train import TINY, TRAIN, run
+    from conftest import TINY, TRAIN, run
     from data.shakespeare.prepare import prepare
     base = tmp_path_factory.mktemp('trained')
     (base / 'input.txt').write_text(TEXT * 200)

@@ -162,7 +162,6 @@ def test_gpus_give_each_job_its_own_device(tmp_path, monkeypatch, capsys):
     """--gpus=3,5 --per_gpu=2: four jobs at a time, each child sees one GPU through CUDA_VISIBLE_DEVICES, never
     more than two children at once on a GPU; checked on the environment each child receives (the children are
     stand-ins that write a finished run.json), so no GPU is needed. A run another trainer holds is not started."""
-    sys.path.insert(0, ROOT)
     import run_folder
     import sweep
     sweep_file = tmp_path / 'g.py'
@@ -212,7 +211,6 @@ def test_regime_sweep_files():
     lists every arm's seed-0 rate grid on its corpus, context and width (more runs once some finish: seeds, edges,
     pycode WSD runs, branches), names unique; the WSD runs go to 16M tokens and keep the steps where the 2, 4 and 8M
     cooldowns start (iteration 7812 of 2048 tokens is 16M; a cooldown is a budget's last 20%)."""
-    sys.path.insert(0, ROOT)
     import sweep
     load = lambda name: sweep.load_sweep(os.path.join(ROOT, 'sweeps', f'{name}.py'))
     code, context, tokens = load('cpu_code'), load('cpu_context'), load('cpu_tokens')

@@ -4,7 +4,6 @@ two CPU processes, sampling, and every bad-input case of issue 3 (exit code 2, o
 Everything runs on a tiny self-made corpus in a temporary folder; no network, no data/ folder needed.
 Training runs are subprocesses with one thread each (two threads on a busy 2-core machine oversubscribe badly).
 """
-import csv
 import json
 import os
 import subprocess
@@ -14,44 +13,16 @@ import time
 import pytest
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 import configurator
 import run_folder
 import train
 import xmod
+from conftest import (ENV, ROOT, SAMPLE, TINY, TRAIN, assert_bad_input, assert_same_losses, needs_devices, read_json,
+                      read_log, run)
 
-TRAIN, SAMPLE = os.path.join(ROOT, 'train.py'), os.path.join(ROOT, 'sample.py')
-ENV = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1')
-# a tiny model and run: 10 iterations, an eval (and a checkpoint) every 5
-TINY = ['--n_embd=32', '--n_head=2', '--block_size=32', '--batch_size=4', '--max_iters=10', '--eval_interval=5',
-        '--eval_tokens=512', '--warmup_iters=2', '--log_interval=2']
 LOSS_COLUMNS = ('train_loss', 'val_loss', 'val_loss_causal')
 RUN_JSON_KEYS = ('config', 'model_config', 'layout', 'params_total', 'params_active', 'flops_per_token',
                  'tokens_per_iter', 'seed', 'git_commit', 'torch_version', 'device', 'finished', 'final')
-
-
-def needs_devices(n):
-    """A test of n training processes: where there are GPUs, train.py gives each process its own (cuda:LOCAL_RANK),
-    so a machine with fewer GPUs than processes skips it. On a CPU-only machine it always runs (gloo)."""
-    return pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.device_count() < n,
-                              reason=f'{n} processes need {n} GPUs here, this machine has fewer')
-
-
-def run(script, *args, env=ENV, timeout=300):
-    return subprocess.run([sys.executable, script, *args], capture_output=True, text=True, cwd=ROOT, env=env,
-                          timeout=timeout)
-
-
-def read_log(out):
-    with open(os.path.join(out, 'log.csv'), newline='') as f:
-        return list(csv.DictReader(f))
-
-
-def read_json(out):
-    with open(os.path.join(out, 'run.json')) as f:
-        return json.load(f)
 
 
 def open_bytes(path):
@@ -68,28 +39,6 @@ def snapshot(*folders):
                 p = os.path.join(root, name)
                 snap[p] = (open_bytes(p), os.stat(p).st_mtime_ns)
     return snap
-
-
-def assert_bad_input(rc, err, *needles):
-    """Exit code 2, exactly one line on stderr, no traceback, and the line says what is wrong."""
-    lines = err.strip().splitlines()
-    assert rc == 2, err
-    assert len(lines) == 1 and 'Traceback' not in err, err
-    for n in needles:
-        assert n in lines[0], lines[0]
-
-
-@pytest.fixture(scope='module')
-def corpus(tmp_path_factory):
-    """train.bin, val.bin, meta.pkl of a tiny char corpus (~47k characters, 10% val), made by prepare.py."""
-    from data.shakespeare.prepare import prepare
-    folder = tmp_path_factory.mktemp('corpus')
-    words = 'to be or not that is the question whether tis nobler in mind suffer slings arrows'.split()
-    lines = [' '.join(words[(7 * i + 3 * j) % len(words)] for j in range(10)) for i in range(900)]
-    text = '\n'.join(lines) + '\n'
-    (folder / 'input.txt').write_text(text)
-    prepare('char', input=str(folder / 'input.txt'), out_dir=str(folder / 'data'))
-    return str(folder / 'data')
 
 
 @pytest.fixture(scope='module')
@@ -163,8 +112,8 @@ def test_end_to_end(runs, model):
 
 def test_log_records_the_mean_gate_and_lr_sweep_reads_it(runs):
     """Every routed layer logs the mean gate on the tokens it took (gate_mean_l): for MoD's plain gate it is gate_l,
-    for X-MoD's variance gate its gain times the mean sigmoid, below the gain. lr_sweep.routing reads the extremes."""
-    import lr_sweep
+    for X-MoD's variance gate its gain times the mean sigmoid, below the gain. law.rates.routing reads the extremes."""
+    from law import rates
     for model in ('mod', 'xmod'):
         rows = read_log(runs[model])
         layers = [k[len('gate_mean_'):] for k in rows[0] if k.startswith('gate_mean_')]
@@ -172,11 +121,11 @@ def test_log_records_the_mean_gate_and_lr_sweep_reads_it(runs):
         for l in layers:
             gate, mean = float(rows[-1][f'gate_{l}']), float(rows[-1][f'gate_mean_{l}'])
             assert mean == gate if model == 'mod' else 0 < mean < gate
-        got = lr_sweep.routing([runs[model]])
+        got = rates.routing([runs[model]])
         finals = [float(rows[-1][f'gate_mean_{l}']) for l in layers]
         assert got['gate_final_min'] == pytest.approx(min(finals)) and got['gate_final_max'] == pytest.approx(max(finals))
         assert got['gate_ever_min'] <= got['gate_final_min'] and 0.5 < got['agreement'] <= 1
-    assert lr_sweep.routing([runs['dense']]) is None
+    assert rates.routing([runs['dense']]) is None
 
 
 def test_same_seed_same_batches():
@@ -309,15 +258,6 @@ def thresholds(out):
     model = xmod.GPT(xmod.GPTConfig(**ckpt['model_args']))
     model.load_state_dict(ckpt['model'])
     return [layer.router.threshold() for layer in model.transformer.h if isinstance(layer, xmod.RoutedBlock)]
-
-
-def assert_same_losses(one, two, keys, tol):
-    rows1, rows2 = read_log(one), read_log(two)
-    assert [x['step'] for x in rows1] == [x['step'] for x in rows2]
-    for x, y in zip(rows1, rows2):
-        for k in keys:
-            if x[k]:
-                assert abs(float(x[k]) - float(y[k])) < tol, (x['step'], k, x[k], y[k])
 
 
 @needs_devices(2)

@@ -12,7 +12,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHAPTERS = sorted(glob.glob(os.path.join(ROOT, 'tutorial', '*.md')))
-SOURCES = sorted(glob.glob(os.path.join(ROOT, '*.py')) + glob.glob(os.path.join(ROOT, 'sweeps', '*.py')))
+SOURCES = sorted(glob.glob(os.path.join(ROOT, '*.py')) + glob.glob(os.path.join(ROOT, 'law', '*.py'))
+                 + glob.glob(os.path.join(ROOT, 'sweeps', '*.py')))
 
 
 def quotes(path):

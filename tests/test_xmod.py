@@ -10,23 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from xmod import (GPT, GPTConfig, MoE, RoutedBlock, capacity_k, expert_capacity, flops_per_token,  # noqa: E402
-                  layer_kinds, match_flops, route_topk, routing_stats)
+from conftest import CASES, V, batch, rel_err, tiny
+from xmod import (GPT, GPTConfig, MoE, RoutedBlock, capacity_k, expert_capacity, flops_per_token, layer_kinds,
+                  match_flops, route_topk, routing_stats)
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
-V = 48
-
-
-def tiny(model, **kw):
-    args = dict(model=model, n_layer=4, n_head=2, n_embd=32, block_size=32, vocab_size=V, stride=2, capacity=0.25)
-    args.update(kw)
-    return GPTConfig(**args)
-
-
-def batch(B, T, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, V, (B, T), generator=g), torch.randint(0, V, (B, T), generator=g)
 
 
 def bigram_corpus(n=30000, seed=0):
@@ -62,10 +50,6 @@ def measured(m, x, y, routing='topk'):
     and routing_stats."""
     logits, loss, aux = m(x, y, routing=routing, return_aux=True)
     return logits, loss, {**aux['losses'], **routing_stats(m, aux['layers'], routing)}
-
-
-def rel_err(a, b):
-    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -108,10 +92,6 @@ def test_same_state_dict_across_impls():
 
 # ---------------------------------------------------------------------------------------------------------------------
 # naive == fast, compile
-
-CASES = [('mod', 2, 32, 0.25, 2), ('xmod', 3, 32, 0.125, 4), ('xmod', 2, 17, 0.5, 3), ('xmod', 1, 8, 1.0, 2),
-         ('moe', 3, 16, 0.25, 2), ('moe', 2, 32, 0.25, 2)]
-
 
 @pytest.mark.parametrize('model,B,T,capacity,stride', CASES)
 def test_naive_equals_fast(model, B, T, capacity, stride):

@@ -12,7 +12,7 @@ and a hint; its docstring stays. The function is found by name with ast, so the 
 Starting a second exercise of the same file blanks that function in your existing copy and keeps your other work.
 
 `check` imports DIR's copy under a fresh module name, with DIR first on sys.path (a file in DIR shadows the
-repository's file of the same name, e.g. fit_law.py importing runs.py; a file missing from DIR is the repository's)
+repository's file of the same name, e.g. fit_law.py importing law/load.py; a file missing from DIR is the repository's)
 and runs the exercise's checks (tutorial/graders.py). They test behaviour, never your source text: values computed
 by hand or by the repository's own file (loaded separately, your weights copied in), causality, torch's FLOP counter,
 gradients. When a check fails because of another function of your copy (your Attention.qkv under forward_fast, say),
@@ -213,16 +213,18 @@ _references = {}
 def isolated(paths):
     """sys.path with `paths` first and none of the repository's modules imported, so that a file executed inside
     imports its neighbours from paths[0] first; afterwards sys.path and sys.modules are as they were."""
-    ours = {f[:-3] for f in os.listdir(ROOT) if f.endswith('.py')}     # the modules a copy may shadow
-    saved = {n: sys.modules.pop(n) for n in ours if n in sys.modules}
+    # the modules a copy may shadow: the root's files, and the law/ package's (fit_law.py imports law.load)
+    ours = {f[:-3] for f in os.listdir(ROOT) if f.endswith('.py')} | {'law'}
+    mine = lambda name: name.split('.')[0] in ours
+    saved = {n: sys.modules.pop(n) for n in list(sys.modules) if mine(n)}
     saved_path, saved_bytecode = list(sys.path), sys.dont_write_bytecode
     sys.path[:0] = paths
     sys.dont_write_bytecode = True        # no stale .pyc of a copy the student edits within the same second
     try:
         yield
     finally:
-        for n in ours:
-            sys.modules.pop(n, None)
+        for n in [n for n in sys.modules if mine(n)]:
+            sys.modules.pop(n)
         sys.modules.update(saved)
         sys.path[:], sys.dont_write_bytecode = saved_path, saved_bytecode
 
@@ -247,7 +249,7 @@ def execute(source, path, name):
 @contextlib.contextmanager
 def student(file, workdir):
     """Import workdir/file (or the repository's file when workdir has none) under a fresh module name, with workdir
-    then the repository first on sys.path: the copy's own imports (fit_law.py -> runs.py -> run_folder.py, xmod.py)
+    then the repository first on sys.path: the copy's own imports (fit_law.py -> law/load.py -> run_folder.py, xmod.py)
     find workdir's copies first. Afterwards sys.path and sys.modules are as they were, so checks do not leak."""
     path = os.path.join(workdir, file)
     path = path if os.path.isfile(path) else os.path.join(ROOT, file)

@@ -1,5 +1,5 @@
 """
-runs.py: a sweep's finished runs as fit_law.py needs them: run.json and log.csv read and checked against train.py's
+law/load.py: a sweep's finished runs as fit_law.py needs them: run.json and log.csv read and checked against train.py's
 contract, duplicates refused, sparse runs paired with FLOP-matched dense partners, --holdout filters applied. A run's
 model is what xmod.GPTConfig makes of it (family defaults, layout), so no rule of the model is restated here. Bad
 input raises configurator.UserError (one line, exit 2); the list: docs/fit_law.md.

@@ -1,5 +1,5 @@
 """
-joint_law.py: one law for the absolute losses of dense and X-MoD runs together (fit_law.py calls it; fit.json's
+law/joint.py: one law for the absolute losses of dense and X-MoD runs together (fit_law.py calls it; fit.json's
 `joint`). Its rho = 1 limit is the dense law, and sparsity can change both the size term and the data term, as in
 the joint MoE laws (Ludziejewski et al. 2025, "Joint MoE Scaling Laws"), with rho in place of the expert count:
 
@@ -25,9 +25,8 @@ import math
 import numpy as np
 import torch
 
-from runs import config_key
-
-T0, S0, D0, N0 = 128, 4, 2_000_000, 787_584     # the reference point, as fit_law.py's
+from law.load import config_key
+from law.terms import D0, N0, S0, T0     # the relative law's reference point, this law's too
 HUBER_DELTA = 1e-3
 SELECT_MARGIN = 0.05
 FOLDS = 10               # cross-validation folds of X-MoD configurations (leave one out when there are fewer)

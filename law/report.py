@@ -1,7 +1,7 @@
 """
-report.py: what fit_law.py found, for people: summary.md, the eight plots and the lines it prints, and the table of
-Delta against training tokens. It fits nothing: the fitted laws come in as functions (fit_law.fitted_law). A plot
-whose data is absent says so instead of failing.
+law/report.py: what fit_law.py found, for people: summary.md, the eight plots and the lines it prints, and the
+table of Delta against training tokens. It fits nothing: the fitted laws come in as functions (fit_law.fitted_law).
+A plot whose data is absent says so instead of failing.
 """
 
 import csv
@@ -10,16 +10,18 @@ import os
 
 import numpy as np
 
-from runs import METRICS, ROUTER_KNOBS, config_key
+from law.load import METRICS, ROUTER_KNOBS, config_key
+from law.terms import BASE_TERMS
 
 # -----------------------------------------------------------------------------
 # plots
 
+# a variant keeps its family's colour (mod-centred is MoD, moe-cf1 the MoE), so that a reader matches points across
+# the eight plots by colour alone; the router-knob ablations of X-MoD get colours of their own
 COLORS = {'dense': 'black', 'mod': 'tab:orange', 'mod-centred': 'tab:orange', 'xmod': 'tab:blue', 'moe': 'tab:green',
           'moe-cf1': 'tab:green', 'xmod-plain': 'tab:purple', 'xmod-nobal': 'tab:cyan', 'xmod-plain-nobal': 'tab:pink',
           'xmod-random': 'tab:gray', 'xmod-active': 'tab:olive', 'xmod-mom0': 'tab:red', 'xmod-bce1': 'tab:olive',
           'xmod-z0.01': 'tab:brown'}
-BASE = ('capacity_gain', 'context_correction', 'stride_interaction')  # fit_law.BASE_TERMS: the terms lines need no D, N
 MARKERS = {'dense': 'o', 'mod': 's', 'mod-centred': 's', 'xmod': '^', 'moe': 'D', 'moe-cf1': 'D', 'xmod-plain': 'v',
            'xmod-nobal': '<', 'xmod-plain-nobal': '>', 'xmod-random': 'x', 'xmod-active': 'P'}
 
@@ -56,6 +58,8 @@ def plot_loss_vs_flops(ax, runs, metric):
 
 
 def plot_loss_vs_params(ax, runs, metric):
+    # each dense run with its FLOP-matched partners: the same compute per token, so along a grey line only the total
+    # parameters change, and its slope is what the extra (routed) parameters buy
     groups = [(d, [d] + [r for r in runs if r['partner'] is d]) for d in runs if d['model'] == 'dense']
     groups = [(d, g) for d, g in groups if len(g) > 1]
     if not groups:
@@ -90,6 +94,7 @@ def plot_pred_vs_obs(axes, runs, pairs, law_L, metric):
         empty_note(ax, 'relative law not fitted')
     ax.set(xlabel='observed Delta (nats)', ylabel='predicted Delta', title='X-MoD Delta vs FLOP-matched dense')
     ax = axes[1]
+    # the relative law predicts the gap only: an X-MoD run's L is the dense law at its partner's N and D plus it
     pts = [(r['loss'][metric], law_L(r['params_total'], r['tokens']), r['heldout'], 'dense')
            for r in runs if r['model'] == 'dense']
     pts += [(p['run']['loss'][metric], law_L(p['run']['partner']['params_total'], p['run']['partner']['tokens'])
@@ -111,9 +116,11 @@ def plot_delta_vs_logrho(axes, pairs, rel, law_delta):
         for ax in axes:
             empty_note(ax, 'no full X-MoD run with a dense partner')
         return
+    # a panel varies one variable and holds the other at its commonest value, the one most points were run at
     most = lambda xs: max(set(xs), key=xs.count)
     T_ref, s_ref = most([p['T'] for p in pairs]), most([p['stride'] for p in pairs])
-    x_max = max(math.log(p['rho']) for p in pairs) * 1.05 or 1.0
+    x_max = max(math.log(p['rho']) for p in pairs) * 1.05 or 1.0     # all rho = 1: still an axis to draw
+
     xs = np.linspace(0, x_max, 50)
     import matplotlib
     cmap = matplotlib.colormaps['viridis']
@@ -130,7 +137,8 @@ def plot_delta_vs_logrho(axes, pairs, rel, law_delta):
                 T, s = (ref, v) if key == 'stride' else (v, ref)
                 ax.plot(xs, [law_delta(math.exp(x), T, s) for x in xs], color=c, lw=1)
         ax.axhline(0, c='0.6', lw=0.6)
-        at_ref = ', D=D0, N_act=N0' if set(rel.get('active_terms', [])) - set(BASE) else ''
+        # the lines need a budget and a size when the law has a term in them: they are drawn at the reference ones
+        at_ref = ', D=D0, N_act=N0' if set(rel.get('active_terms', [])) - set(BASE_TERMS) else ''
         ax.set(xlabel='log rho (total / active params)', ylabel='Delta (nats)',
                title=f'one line per {key} (law at {other}={ref}{at_ref}; red ring = held out)')
         ax.legend(fontsize=7)
@@ -144,6 +152,8 @@ def shape_label(r):
 
 
 def plot_ablations(ax, runs, metric):
+    # Delta against each run's own dense partner rather than raw losses: configurations of different compute then
+    # share one axis, and 0 is the dense model
     by = {}
     for r in runs:
         if r['partner'] is not None:
@@ -168,6 +178,8 @@ def plot_ablations(ax, runs, metric):
 
 
 def plot_training_curves(ax, runs, metric):
+    # one picture of the families side by side: the dense run with the most FLOP-matched families, each the partner
+    # closest in FLOPs per token, so that the curves differ by the family and not by the compute
     best = None
     for d in runs:
         if d['model'] != 'dense':
@@ -203,6 +215,19 @@ def config_label(r):
     return f'{shape_label(r)} d{r["n_embd"]} {r["tokens"] / 1e6:.2g}M'
 
 
+def mean_se(values):
+    """(mean, one standard error: the std over the values / sqrt(n), None for a single value). Every mean over
+    seeds in fit.json and lr.json comes with it (law/rates.py imports it)."""
+    v = np.asarray(values, dtype=float)
+    return float(v.mean()), (float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else None)
+
+
+def n_mean_se(values):
+    """dict(n, mean, se) of mean_se, as fit.json's tables write it."""
+    m, se = mean_se(values)
+    return dict(n=len(values), mean=m, se=se)
+
+
 def delta_vs_tokens(runs, min_seeds=2):
     """Delta = L_sparse - L_dense of each pair at every evaluation both runs logged (log.csv rows with the same
     tokens), for each sparse configuration with >= min_seeds seeds paired, most seeds first:
@@ -223,9 +248,7 @@ def delta_vs_tokens(runs, min_seeds=2):
                 tokens, i, j = np.intersect1d(log['tokens'], plog['tokens'], return_indices=True)
                 for tok, a, b in zip(tokens, i, j):
                     at.setdefault(float(tok), []).append(float(log[m][a] - plog[m][b]))
-            entry[m] = [dict(tokens=tok, n=len(d), mean=float(np.mean(d)),
-                             se=float(np.std(d, ddof=1) / math.sqrt(len(d))) if len(d) > 1 else None)
-                        for tok, d in sorted(at.items())]
+            entry[m] = [dict(tokens=tok, **n_mean_se(d)) for tok, d in sorted(at.items())]
         label = config_label(rs[0])
         table[label if label not in table else f'{label} ({len(table)})'] = entry
     return table
@@ -263,9 +286,7 @@ def paired_fixes(runs):
     for (v, _), prs in sorted(by.items(), key=lambda kv: (kv[0][0], config_label(kv[1][0][0]))):
         entry = dict(fix=v, config=config_label(prs[0][0]), seeds=sorted(r['seed'] for r, _ in prs))
         for m in METRICS:
-            d = [r['loss'][m] - x['loss'][m] for r, x in prs]
-            entry[m] = dict(n=len(d), mean=float(np.mean(d)),
-                            se=float(np.std(d, ddof=1) / math.sqrt(len(d))) if len(d) > 1 else None)
+            entry[m] = n_mean_se([r['loss'][m] - x['loss'][m] for r, x in prs])
         table[entry['config']] = entry
     return table
 
@@ -279,6 +300,7 @@ def log_columns(run):
     num = lambda x: float(x) if x not in ('', None) else np.nan
     out = {}
     for name in ('router_acc', 'score_std', 'jaccard', 'gate', 'causal_rate'):
+        # NAME_l for each routed layer l, averaged over layers; the digits test keeps gate_mean_l out of gate
         per_row = [[num(v) for k, v in row.items() if k.startswith(name + '_') and k[len(name) + 1:].isdigit()]
                    for row in rows]
         out[name] = np.array([np.nanmean(x) if x and not np.all(np.isnan(x)) else np.nan for x in per_row])
@@ -353,6 +375,8 @@ def plot_routing_diagnostics(axes, runs, metric):
         axes[2].plot(x, mean('untouched_frac'), c=color(v), ls='--', label=f'{lab}: untouched by all {R}')
         axes[3].plot(x, mean('causal_rate') / c, c=color(v), marker='o', ms=3, label=f'{lab}: causal rate / c')
         gap_ax.plot(x, mean('gap'), c=color(v), ls='--', label=f'{lab}: causal - top-k loss (right)')
+    # the baselines of layers that choose independently, each taking a fraction c: two of them share c^2 of the
+    # tokens of the c + c - c^2 either takes (Jaccard c/(2-c)), and all R miss a token with probability (1-c)^R
     axes[2].axhline(c / (2 - c), c='0.4', lw=0.8, ls=':', label='independent choices: Jaccard c/(2-c)')
     axes[2].axhline((1 - c) ** R, c='0.4', lw=0.8, ls='-.', label=f'independent choices: untouched (1-c)^{R}')
     axes[3].axhline(1, c='0.6', lw=0.6)
@@ -373,8 +397,8 @@ def plot_routing_diagnostics(axes, runs, metric):
 def make_plots(out, runs, pairs, res, metric, law, dvt):
     """The eight plots of one metric; law = (L(N, D), Delta(rho, T, s, ...)), the fitted laws as functions;
     dvt = delta_vs_tokens(runs), one panel per configuration (at most 4)."""
-    import matplotlib
-    matplotlib.use('Agg')
+    import matplotlib          # here, not at the top: the tables and summary.md do not need it
+    matplotlib.use('Agg')      # files only: no display is needed, as on a cluster node
     import matplotlib.pyplot as plt
     specs = [('loss_vs_flops', 1, lambda a: plot_loss_vs_flops(a[0], runs, metric)),
              ('loss_vs_params', 1, lambda a: plot_loss_vs_params(a[0], runs, metric)),
@@ -414,7 +438,9 @@ def md_table(header, rows):
     return '\n'.join(lines)
 
 
-# What each term's sign means. Delta = L(X-MoD) - L(its FLOP-matched dense partner): above 0, X-MoD is behind.
+# What each term's sign means, beside its value in summary.md: a coefficient's sign is easy to misread, since the gain
+# enters with a minus sign and the corrections with a plus. Delta = L(X-MoD) - L(its FLOP-matched dense partner):
+# above 0, X-MoD is behind.
 SIGNS = {'capacity_gain': 'enters with a minus sign: > 0, X-MoD is ahead (Delta falls by it per unit log rho, at T0 '
                           'and s0); < 0, X-MoD is behind',
          'context_correction': '> 0: X-MoD loses ground at longer contexts (per unit log rho and log(T/T0))',
@@ -434,7 +460,7 @@ def form_sentence(sel):
     their = lambda ts: 'its' if len(ts) == 1 else 'their'
     said = ('; none of them beats its removal here' if weak and weak == base else
             f'; of them, {", ".join(weak)} {"does" if len(weak) == 1 else "do"} not beat {their(weak)} removal here'
-            if weak else f'; each beats its removal')
+            if weak else '; each beats its removal')
     kept = f"Kept: the abstract's terms, which stay whatever their score ({', '.join(base)}{said})" + (
         f', and {", ".join(cands)}, beating {their(cands)} removal' if cands else '')
     beaten = [t for t in sel['dropped'] if terms[t]['cv_testable']]
@@ -442,12 +468,6 @@ def form_sentence(sel):
         f'no held-out test: {t} (one configuration alone pins it down)' for t in sel['dropped']
         if not terms[t]['cv_testable']]
     return f'{kept}. Dropped: {"; ".join(dropped) or "none"}.'
-
-
-def mean_se(values):
-    """(mean, one standard error or None for a single value)."""
-    v = np.asarray(values, dtype=float)
-    return float(v.mean()), (float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else None)
 
 
 def conclusion(result, runs):
@@ -460,6 +480,7 @@ def conclusion(result, runs):
     if not pairs:
         return 'No full X-MoD run has a FLOP-matched dense partner here: there is no Delta to conclude about.\n'
     delta = lambda r: r['loss'][m] - r['partner']['loss'][m]
+    # the reference pairs, where the law's gain is read: tokens within the pairing's 1% (2,000,896 is D0 = 2M)
     ref = [r for r in pairs if r['stride'] == rel['s0'] and r['T'] == rel['T0'] and
            abs(r['tokens'] - rel['D0']) <= 0.01 * rel['D0'] and r['partner']['params_total'] == rel['N0']]
     where = lambda d: 'behind' if d > 0 else 'ahead of'
@@ -482,6 +503,8 @@ def conclusion(result, runs):
         s.append(f'The fitted capacity_gain is {g:+.4g}: ' + ('negative, so X-MoD is behind' if g < 0 else
                                                               'positive, so X-MoD is ahead')
                  + f' by {abs(g):.4f} per unit log rho at T0 and s0.')
+    # the verdict a reader needs before the tables: a law whose terms predict left-out configurations no better
+    # than one constant has found no trend, however well it fits
     null = (bm['metrics'].get('budget_forms') or {}).get('constant Delta (null)') or {}
     law, terms = (bm['metrics']['cv'] or {}).get('delta_rmse'), ', '.join(bm['relative'].get('active_terms', []))
     if law is not None and null.get('cv_rmse') is not None:
@@ -495,7 +518,7 @@ def conclusion(result, runs):
 
 def summary_md(result, runs):
     bm, metrics, i = result['by_metric'], list(result['by_metric']), result['inputs']
-    s = [f'# X-MoD scaling-law fit\n', conclusion(result, runs),
+    s = ['# X-MoD scaling-law fit\n', conclusion(result, runs),
          f'Primary metric: `{result["metric"]}`. Inputs: {i["n_runs"]} finished runs '
          f'({", ".join(f"{k} {v}" for k, v in i["variants"].items())}), {i["n_heldout"]} held out'
          + (f' by `{i["holdout"]}`' if i['holdout'] else ' (no --holdout)') + '.\n']
@@ -571,7 +594,7 @@ def summary_md(result, runs):
 
 def null_verdict(v):
     """', Delta = 0 x: beats both nulls' or ': no better than a constant' for a held-out test with its null
-    comparison (joint_law.versus_nulls); '' for a fit.json from before it."""
+    comparison (law.joint.versus_nulls); '' for a fit.json from before it."""
     if 'vs_null' not in v:
         return ''
     zero = f', Delta = 0 {fmt(v["vs_null"]["zero"]["null_rmse_delta"])}'
@@ -579,7 +602,7 @@ def null_verdict(v):
 
 
 def joint_text(j):
-    """One line about the joint law (joint_law.py) of one metric."""
+    """One line about the joint law (law/joint.py) of one metric."""
     if not j.get('fitted'):
         return f'joint: not fitted ({j.get("note")})'
     held = '; '.join(f'held out {v["held_out"]}: RMSE(Delta) {fmt(v["rmse_delta"])}, constant Delta '
@@ -594,7 +617,7 @@ def joint_md(bm):
     fitted = {m: r['joint'] for m, r in bm.items() if r.get('joint')}
     if not fitted:
         return ''
-    s = ['## Joint law (dense and X-MoD in one law; joint_law.py)\n']
+    s = ['## Joint law (dense and X-MoD in one law; law/joint.py)\n']
     for m, j in fitted.items():
         s.append(f'- `{m}`: {joint_text(j)}')
         if j.get('fitted'):
@@ -653,17 +676,20 @@ def goals_md(bm):
             + md_table(['metric', 'RMSE', 'sign', 'R^2'], rows) + '\n')
 
 
+def mean_pm_se(row):
+    """A {mean, se} row of n_mean_se as summary.md writes it: '-0.0100 +- 0.0058', the mean alone for one seed."""
+    return '-' if row is None else f'{row["mean"]:+.4f}' + ('' if row['se'] is None else f' +- {row["se"]:.4f}')
+
+
 def delta_vs_tokens_md(table):
     s = ['## Delta against training tokens (delta_vs_tokens.png)\n',
          'Mean over seeds +- 1 standard error, at every evaluation a run and its dense partner both logged.\n']
     if not table:
         return '\n'.join(s + ['No sparse configuration has 2 seeds or more with dense partners.\n'])
-    pm = lambda row: ('-' if row is None else f'{row["mean"]:+.4f}'
-                      + ('' if row['se'] is None else f' +- {row["se"]:.4f}'))
     rows = []
     for label, e in table.items():
         topk = {row['tokens']: row for row in e['val_loss']}
-        rows += [[label, len(e['seeds']), f'{row["tokens"]:.0f}', pm(row), pm(topk.get(row['tokens']))]
+        rows += [[label, len(e['seeds']), f'{row["tokens"]:.0f}', mean_pm_se(row), mean_pm_se(topk.get(row['tokens']))]
                  for row in e['val_loss_causal']]
     return '\n'.join(s + [md_table(['config', 'seeds', 'tokens', 'Delta causal', 'Delta top-k'], rows) + '\n'])
 
@@ -674,8 +700,8 @@ def fixes_md(table):
          'A fix wins beyond noise when the mean is below -2 standard errors.\n']
     if not table:
         return '\n'.join(s + ['No router-knob fix has a full X-MoD run of the same config and seed.\n'])
-    pm = lambda e: f'{e["mean"]:+.4f}' + ('' if e['se'] is None else f' +- {e["se"]:.4f}')
-    rows = [[e['fix'], e['config'], ', '.join(map(str, e['seeds'])), pm(e['val_loss_causal']), pm(e['val_loss'])]
+    rows = [[e['fix'], e['config'], ', '.join(map(str, e['seeds'])), mean_pm_se(e['val_loss_causal']),
+             mean_pm_se(e['val_loss'])]
             for e in table.values()]
     return '\n'.join(s + [md_table(['fix', 'config', 'seeds', 'causal', 'top-k'], rows) + '\n'])
 
