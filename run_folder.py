@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 import xmod
-from configurator import UserError, check_dtype, one_line
+from configurator import UserError, check_dtype, configure, defaults_of, one_line, read_settings
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -384,6 +384,20 @@ def cpu_threads(device_type, threads):
 # ----------------------------------------------------------------------------------------------------------------------
 # train.py's checks, resume merge and dataset discovery
 
+TRAIN_PY = os.path.join(ROOT, 'train.py')
+
+
+def train_defaults(settings=None):
+    """train.py's keys and their defaults: its module-level settings (read from its text when not given, so that
+    sweep.py and the sweeps' files import no script), then every field of GPTConfig but vocab_size (the data's)."""
+    return defaults_of(read_settings(TRAIN_PY) if settings is None else settings, xmod.GPTConfig, skip=('vocab_size',))
+
+
+def train_config(argv):
+    """(cfg, explicit keys) of a train.py command line (config files and --key=value), as train.py reads it."""
+    return configure(argv, train_defaults(), model=xmod.GPTConfig)
+
+
 # Keys that describe this invocation, not the run: a resume takes them from the command line (or their defaults),
 # and every other key from the checkpoint unless the command line sets it.
 SESSION_KEYS = ('out_dir', 'init_from', 'overwrite', 'stop_iter', 'log_interval', 'device', 'dtype', 'compile',
@@ -393,7 +407,8 @@ LR_SCHEDULES = ('cosine', 'wsd', 'constant')
 
 
 def check_config(cfg, world_size, explicit):
-    """Ranges and combinations that no later step would report clearly."""
+    """Ranges and combinations of train.py's own keys that no later step would report clearly. The model's keys
+    (GPTConfig's fields) are checked by GPTConfig, when train.model_config builds it."""
     def need(ok, msg):
         if not ok:
             raise UserError(msg)
@@ -404,12 +419,10 @@ def check_config(cfg, world_size, explicit):
     need(0 <= cfg.cooldown_frac <= 1, f"--cooldown_frac={cfg.cooldown_frac}: expected a fraction in [0, 1]")
     need(all(x.strip().isdigit() for x in cfg.save_steps.split(',')) if cfg.save_steps.strip() else True,
          f"--save_steps={cfg.save_steps!r}: expected comma-separated step numbers, e.g. --save_steps=400,800")
-    need(cfg.model in xmod.MODELS, f"--model={cfg.model!r}: expected {' | '.join(xmod.MODELS)}")
-    for k in ('batch_size', 'block_size', 'gradient_accumulation_steps', 'eval_interval', 'log_interval',
-              'dense_layers', 'n_head', 'n_embd', 'stride'):
+    for k in ('batch_size', 'gradient_accumulation_steps', 'eval_interval', 'log_interval', 'dense_layers'):
         need(getattr(cfg, k) >= 1, f"--{k}={getattr(cfg, k)}: expected an integer >= 1")
-    for k in ('n_layer', 'eval_tokens', 'eval_iters', 'stop_iter', 'expert_hidden', 'max_iters', 'max_tokens',
-              'max_flops', 'warmup_iters', 'min_lr', 'weight_decay', 'grad_clip', 'seed'):
+    for k in ('n_layer', 'eval_tokens', 'eval_iters', 'stop_iter', 'max_iters', 'max_tokens', 'max_flops',
+              'warmup_iters', 'min_lr', 'weight_decay', 'grad_clip', 'seed'):
         need(getattr(cfg, k) >= 0, f"--{k}={getattr(cfg, k)}: expected a number >= 0")
     need(cfg.max_iters > 0 or cfg.max_tokens > 0 or cfg.max_flops > 0,
          "no budget: set one of --max_iters, --max_tokens or --max_flops to a number > 0")
@@ -454,10 +467,16 @@ def check_eval_set(saved, cfg, defaults):
                     f"--out_dir")
 
 
+# How a checkpoint's config said "the family's default" before train.py took the model's keys from GPTConfig
+# (whose None says it): a resume of such a checkpoint reads these as None.
+OLD_FAMILY_DEFAULTS = {'gate': '', 'router_bce': '', 'expert_hidden': 0, 'balance': -1.0}
+
+
 def resume_config(saved, cfg, explicit, defaults):
     """The config of a resumed run: the checkpoint's, with this invocation's session keys and explicit overrides."""
     merged = dict(defaults)
     merged.update({k: v for k, v in saved.items() if k in defaults})
+    merged.update({k: None for k, old in OLD_FAMILY_DEFAULTS.items() if k in saved and saved[k] == old})
     for k in set(SESSION_KEYS) | explicit:
         merged[k] = getattr(cfg, k)
     return types.SimpleNamespace(**merged)

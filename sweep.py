@@ -44,7 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import train  # noqa: E402
 from configurator import UserError, configure, defaults_of, run_main  # noqa: E402
-from run_folder import log_rows, run_state, running_elsewhere  # noqa: E402
+from run_folder import log_rows, run_state, running_elsewhere, train_config  # noqa: E402
 
 # -----------------------------------------------------------------------------------------------------------------
 jobs = 0              # runs at a time (0 = the sweep file's `jobs`)
@@ -84,7 +84,7 @@ def run_flops(run, common, out_dir):
     """(training FLOPs of the run's whole budget, FLOPs still to train) as train.py counts them, from the config
     alone (train.sizes); None when its dataset's meta.pkl is not there to give the vocabulary."""
     args = command(run, common, out_dir)[2:]
-    cfg, _ = configure([a for a in args if not a.startswith('--init_from=')], train.DEFAULTS)
+    cfg, _ = train_config([a for a in args if not a.startswith('--init_from=')])
     folder = cfg.data_dir or os.path.join(HERE, 'data', cfg.dataset)
     try:
         with open(os.path.join(folder, 'meta.pkl'), 'rb') as f:

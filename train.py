@@ -28,7 +28,7 @@ import sys
 import time
 import types
 from contextlib import nullcontext
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 
 import numpy as np
 import torch
@@ -62,32 +62,12 @@ data_dir = ''               # a folder with those three files instead (tests, cu
 gradient_accumulation_steps = 1   # global: each of world_size DDP ranks runs gradient_accumulation_steps/world_size
 batch_size = 16             # micro-batch size (rows per forward)
 block_size = 128            # context length T
-# model
+# model: every field of xmod.GPTConfig is a key too (--n_head, --stride, --capacity, --gate, ...), with the default
+# and the comment it has there (--help lists them after n_layer); None = the family's default. train.py's own:
 model = 'xmod'              # 'dense' | 'mod' | 'xmod' | 'moe'
-n_layer = 0                 # 0 = auto: dense/moe use dense_layers, mod/xmod solve it by FLOP matching
 dense_layers = 4            # depth of the dense baseline a sparse run is FLOP-matched to
 match_flops = True          # mod/xmod: solve capacity (and depth, when n_layer=0) to match the dense FLOPs/token
-n_head = 4                  # attention heads
-n_embd = 128                # width C
-dropout = 0.0               # dropout probability (0 for small data that is seen about once)
-bias = False                # biases in Linear layers
-impl = 'fast'               # 'fast' (batched gather/scatter, compiles) | 'naive' (loops and masks, for reading)
-stride = 4                  # xmod: a dense anchor every `stride` layers (1 = every layer: the dense model)
-capacity = 0.125            # fraction of a sequence's tokens a routed layer takes (the target when FLOP matching)
-gate = ''                   # 'variance' (X-MoD) | 'plain' (MoD) | '' = the family's default
-balance = -1.0              # depth-balance loss coefficient; 0 = off; < 0 = the family's default (xmod 0.1, mod 0)
-router = 'learned'          # 'learned' | 'random': the control, a random k tokens per routed layer (gate: its gain)
-router_bce = ''             # logits of the router's BCE: 'centred' (r - cut) | 'raw' (r, MoD's paper) | '' = family's
-resid_init = 'layers'       # residual projections' init 0.02/sqrt(2L): L = n_layer | 'active' (the depth a token passes)
-router_aux = GPTConfig.router_aux                 # weight of the router's BCE (learns to predict its top-k choice)
-router_momentum = GPTConfig.router_momentum       # EMA momentum of the causal threshold (0 = each step's quantile)
-router_zloss = GPTConfig.router_zloss             # ablation: weight of a penalty on the routers' mean squared score
-n_expert = 8                # moe: experts per layer
-expert_top_k = 2            # moe: experts per token
-expert_hidden = 0           # 0 = 4*n_embd/expert_top_k, so the active parameters match a dense MLP
-expert_capacity_factor = 1.25     # moe: slots per expert = factor * top_k * tokens / experts
-moe_aux = GPTConfig.moe_aux       # weight of the Switch load-balancing loss
-moe_zloss = GPTConfig.moe_zloss   # weight of the router z-loss
+n_layer = 0                 # 0 = auto: dense/moe use dense_layers, mod/xmod solve it by FLOP matching
 # budget: the first one that is set wins, in the order max_flops, max_tokens, max_iters; the cosine decays over it
 max_iters = 2000            # optimizer steps
 max_tokens = 0              # training tokens (the way to give a FLOP-matched pair the same data)
@@ -113,7 +93,7 @@ backend = ''                # DDP backend, '' = nccl on GPU, gloo on CPU
 threads = 0                 # CPU threads; 0 = the cores other processes leave free, looked at every 2 s (docs/speed.md)
 seed = 1337                 # initial weights, data order and dropout
 # -----------------------------------------------------------------------------------------------------------------
-DEFAULTS = defaults_of(globals())
+DEFAULTS = run_folder.train_defaults(globals())    # the settings above, then GPTConfig's fields
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -123,21 +103,18 @@ def model_config(cfg, vocab_size):
     """The run's GPTConfig from the train config: dense/moe at n_layer (0 = dense_layers); mod/xmod FLOP-matched to
     the dense baseline of depth dense_layers (xmod.match_flops), or as given with match_flops=False. A mod/xmod
     config that routes every token is a dense model in disguise: refused when FLOP matching led there."""
-    args = dict(block_size=cfg.block_size, vocab_size=vocab_size, n_head=cfg.n_head, n_embd=cfg.n_embd,
-                dropout=cfg.dropout, bias=cfg.bias, impl=cfg.impl, stride=cfg.stride, capacity=cfg.capacity,
-                router=cfg.router, resid_init=cfg.resid_init, router_aux=cfg.router_aux, router_momentum=cfg.router_momentum,
-                router_zloss=cfg.router_zloss, n_expert=cfg.n_expert,
-                expert_top_k=cfg.expert_top_k, expert_hidden=cfg.expert_hidden or None,
-                expert_capacity_factor=cfg.expert_capacity_factor, moe_aux=cfg.moe_aux, moe_zloss=cfg.moe_zloss)
-    knobs = dict(gate=cfg.gate or None, balance=cfg.balance if cfg.balance >= 0 else None,   # None: family default
-                 router_bce=cfg.router_bce or None)
+    args = {f.name: getattr(cfg, f.name) for f in fields(GPTConfig) if f.name not in ('model', 'n_layer', 'vocab_size')}
+    # the family's defaults (None) are resolved once the family is known: after FLOP matching, which works on the
+    # dense partner (a dense model's defaults)
+    family = {f.name: args.pop(f.name) for f in fields(GPTConfig) if f.default is None}
     try:
         if cfg.model in ('mod', 'xmod') and cfg.match_flops:
-            dense = GPTConfig(model='dense', n_layer=cfg.dense_layers, **args)
+            dense = GPTConfig(model='dense', n_layer=cfg.dense_layers, vocab_size=vocab_size, **args)
             mcfg = replace(xmod.match_flops(dense, cfg.model, stride=cfg.stride, n_layer=cfg.n_layer or None,
-                                            capacity=cfg.capacity), **knobs)
+                                            capacity=cfg.capacity), **family)
         else:
-            mcfg = GPTConfig(model=cfg.model, n_layer=cfg.n_layer or cfg.dense_layers, **args, **knobs)
+            mcfg = GPTConfig(model=cfg.model, n_layer=cfg.n_layer or cfg.dense_layers, vocab_size=vocab_size,
+                             **args, **family)
     except ValueError as e:
         raise UserError(one_line(e)) from None
     routes_all = ('routed' in xmod.layer_kinds(mcfg) and
@@ -284,7 +261,7 @@ def setup_run(argv, lock=None):
     (run_folder.RunLock) before it reads the folder, when a trainer has written there before; lock=None (a caller
     that only wants the resolved run, not to train it) takes none."""
     from_file = set()
-    cfg, explicit = configure(argv, DEFAULTS, doc=__doc__, source=__file__, from_file=from_file)
+    cfg, explicit = configure(argv, DEFAULTS, doc=__doc__, source=__file__, from_file=from_file, model=GPTConfig)
     ddp = int(os.environ.get('RANK', -1)) != -1
     rank, local_rank, world_size = 0, 0, 1
     if ddp:
@@ -445,8 +422,8 @@ def start_run(run, raw_model, iter_num):
     cfg, mcfg = run.cfg, run.mcfg
     params_total, params_active = raw_model.num_params(), raw_model.num_active_params()
     layout = xmod.layout_string(mcfg)
-    resolved = dict(vars(cfg), n_layer=mcfg.n_layer, capacity=mcfg.capacity, gate=mcfg.gate,
-                    balance=mcfg.balance, router_bce=mcfg.router_bce, expert_hidden=mcfg.expert_hidden)
+    resolved = {k: getattr(mcfg, k, v) for k, v in vars(cfg).items()}   # the model's keys as FLOP matching and
+                                                                          # the family's defaults made them
     info = {'config': resolved, 'model_config': asdict(mcfg), 'layout': layout, 'params_total': params_total,
             'params_active': params_active, 'flops_per_token': run.fpt, 'tokens_per_iter': run.tokens_per_iter,
             'n_iters': run.n_iters, 'world_size': run.world_size, 'seed': cfg.seed,

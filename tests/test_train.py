@@ -837,6 +837,30 @@ def test_help_lists_every_key_with_its_description():
     lines = {line.split()[0].split('=')[0]: line for line in r.stdout.splitlines() if line.startswith('  --')}
     assert set(lines) == {f'--{k}' for k in train.DEFAULTS}
     assert 'optimizer steps' in lines['--max_iters'] and 'context length' in lines['--block_size']
+    assert 'attention heads' in lines['--n_head'] and 'None = family default' in lines['--gate']   # GPTConfig's
+    assert all(len(line.split(None, 1)) == 2 for line in lines.values()), 'a key without its comment'
+
+
+def test_the_model_keys_are_gptconfig_fields():
+    """Every GPTConfig field but vocab_size is a train.py key with its default (train.py sets model, n_layer and
+    block_size itself); sweep.py reads the same keys from train.py's text, without importing it. None (the
+    family's default) is typed by the field's annotation, and a checkpoint's config of before (gate '',
+    balance -1.0, router_bce '', expert_hidden 0) resumes as None."""
+    import dataclasses
+    own = {'model', 'n_layer', 'block_size'}
+    for f in dataclasses.fields(xmod.GPTConfig):
+        if f.name != 'vocab_size':
+            assert f.name in train.DEFAULTS and (f.name in own or train.DEFAULTS[f.name] == f.default), f.name
+    assert run_folder.train_defaults() == train.DEFAULTS and list(run_folder.train_defaults()) == list(train.DEFAULTS)
+    cfg, _ = run_folder.train_config(['--balance=1', '--gate=variance', '--expert_hidden=64', '--router_bce=None'])
+    assert (cfg.balance, type(cfg.balance), cfg.gate, cfg.expert_hidden, cfg.router_bce) == (1.0, float, 'variance',
+                                                                                           64, None)
+    with pytest.raises(configurator.UserError, match='expected float'):
+        run_folder.train_config(['--balance=high'])
+    old = dict(train.DEFAULTS, gate='', balance=-1.0, router_bce='', expert_hidden=0)
+    cfg, explicit = run_folder.train_config([])
+    resumed = run_folder.resume_config(old, cfg, explicit, train.DEFAULTS)
+    assert (resumed.gate, resumed.balance, resumed.router_bce, resumed.expert_hidden) == (None, None, None, None)
     r = run(SAMPLE, '--help')
     assert r.returncode == 0 and 'EXIT' not in r.stdout and '--temperature=0.8' in r.stdout
     for script in ('bench.py', 'sweep.py'):
