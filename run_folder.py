@@ -5,11 +5,14 @@ run_folder.py: the run folder's machinery, which a reader of train.py does not n
     atomic; a new run's claim on its folder; truncating the log on resume; one trainer per folder (RunLock)
   - every random generator's state, for an exact resume; the git commit; on a CPU, the thread count that other
     busy processes leave (`CPUThreads`, train.py's --threads=0)
-  - train.py's input checks (check_config), the merge of a checkpoint's config with a resume's command line
-    (resume_config), and finding (or preparing) a dataset (find_data)
+  - a run's plan from its config alone (model_config, sizes: FLOP matching, the budget; the fixed validation windows),
+    which sweep.py and routing_plot.py read too: no script imports train.py
+  - train.py's keys (train_defaults: its settings and GPTConfig's fields), its input checks (check_config), the merge
+    of a checkpoint's config with a resume's command line (resume_config), and finding (or preparing) a dataset
 """
 import contextlib
 import csv
+import dataclasses
 import difflib
 import fcntl
 import glob
@@ -19,6 +22,7 @@ import os
 import pickle
 import random
 import subprocess
+import sys
 import tempfile
 import time
 import types
@@ -297,6 +301,100 @@ def git_commit():
 
 
 # ----------------------------------------------------------------------------------------------------------------------
+# A run's plan, from its config alone: the model (FLOP matching), the budget, the fixed validation windows. train.py
+# trains it; sweep.py adds up its FLOPs (--dry_run) and routing_plot.py reads its windows without starting a run
+
+def model_config(cfg, vocab_size):
+    """The run's GPTConfig from the train config: dense/moe at n_layer (0 = dense_layers); mod/xmod FLOP-matched to
+    the dense baseline of depth dense_layers (xmod.match_flops), or as given with match_flops=False. A mod/xmod
+    config that routes every token is a dense model in disguise: refused when FLOP matching led there."""
+    fields = dataclasses.fields(xmod.GPTConfig)
+    args = {f.name: getattr(cfg, f.name) for f in fields if f.name not in ('model', 'n_layer', 'vocab_size')}
+    # the family's defaults (None) are resolved once the family is known: after FLOP matching, which works on the
+    # dense partner (a dense model's defaults)
+    family = {f.name: args.pop(f.name) for f in fields if f.default is None}
+    try:
+        if cfg.model in ('mod', 'xmod') and cfg.match_flops:
+            dense = xmod.GPTConfig(model='dense', n_layer=cfg.dense_layers, vocab_size=vocab_size, **args)
+            mcfg = dataclasses.replace(xmod.match_flops(dense, cfg.model, stride=cfg.stride,
+                                                        n_layer=cfg.n_layer or None, capacity=cfg.capacity), **family)
+        else:
+            mcfg = xmod.GPTConfig(model=cfg.model, n_layer=cfg.n_layer or cfg.dense_layers, vocab_size=vocab_size,
+                                  **args, **family)
+    except ValueError as e:
+        raise UserError(one_line(e)) from None
+    routes_all = ('routed' in xmod.layer_kinds(mcfg) and
+                  xmod.capacity_k(mcfg.capacity, cfg.block_size) == cfg.block_size)
+    if routes_all and cfg.match_flops:
+        raise UserError(f"--model={cfg.model} with n_layer={mcfg.n_layer} FLOP-matches to capacity 1.0: every "
+                        f"routed layer would take every token (rho = 1), which is not a sparse model. n_layer is "
+                        f"the sparse model's total depth; leave it at 0 (--n_layer=0) to let FLOP matching choose "
+                        f"it, or set the dense partner's depth with --dense_layers")
+    if routes_all:
+        print(f"train.py: WARNING: capacity {mcfg.capacity} routes every token: the routed layers are dense ones "
+              f"with a gate, not a sparse model", file=sys.stderr)
+    return mcfg
+
+
+def sizes(cfg, meta):
+    """(model config, tokens per iteration, forward FLOPs per token, iterations) of a run's config on a dataset
+    with this meta.pkl: what run.json records, and what sweep.py --dry_run adds up without starting a run."""
+    vocab_size = meta['vocab_size']
+    if meta.get('tokenizer') == 'gpt2':
+        vocab_size = -(-vocab_size // 64) * 64     # 50257 -> 50304: a multiple of 64 is faster, the rest unused
+    mcfg = model_config(cfg, vocab_size)
+    tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * cfg.block_size
+    fpt = xmod.flops_per_token(mcfg, cfg.block_size, cfg.batch_size)
+    return mcfg, tokens_per_iter, fpt, resolve_iters(cfg, fpt, tokens_per_iter)
+
+
+def resolve_iters(cfg, fpt, tokens_per_iter):
+    """The budget as a number of iterations: max_flops, else max_tokens, else max_iters (the closest count).
+    A FLOP-matched pair should use max_tokens: both then see the same tokens (max_flops gives each its own)."""
+    if cfg.max_flops > 0:
+        return max(1, round(cfg.max_flops / (3 * fpt * tokens_per_iter)))
+    if cfg.max_tokens > 0:
+        return max(1, round(cfg.max_tokens / tokens_per_iter))
+    return cfg.max_iters
+
+
+def cooldown_start(cfg, schedule_iters):
+    """wsd: the step where the linear decay to min_lr begins, the last cooldown_frac of the budget (rounded)."""
+    return schedule_iters - round(cfg.cooldown_frac * schedule_iters)
+
+
+def open_split(folder, split):
+    # a fresh memmap per use, as nanoGPT does: a long-lived one keeps pages resident and grows memory
+    return np.memmap(os.path.join(folder, f'{split}.bin'), dtype=np.uint16, mode='r')
+
+
+def read_windows(data, starts, T, device):
+    """x, y (len(starts), T) int64: windows of T+1 tokens, y shifted by one."""
+    w = torch.from_numpy(np.stack([data[i:i + T + 1].astype(np.int64) for i in starts]))
+    x, y = w[:, :-1], w[:, 1:]
+    if device.startswith('cuda'):
+        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    return x.to(device), y.to(device)
+
+
+def eval_starts(n_tokens, T, tokens, batch_size=1):
+    """The fixed validation set: evenly spaced windows of T+1 tokens over the split, from its start to its end.
+    tokens=0: the whole split (as many non-overlapping windows as fit). The same for every run and every eval, so
+    two runs' losses differ only by the models, not by which batches an evaluation happened to draw. The count is
+    rounded down to whole batches of batch_size (the remainder dropped; one smaller batch when fewer windows than
+    that fit): a smaller last batch would recompile a compiled model, under DDP while the other ranks wait."""
+    last = n_tokens - T - 1                       # the last valid start
+    count = last // T + 1
+    if tokens:
+        count = max(1, min(count, tokens // T))
+    if count >= batch_size:
+        count -= count % batch_size
+    if count == 1:
+        return [0]
+    return [round(i * last / (count - 1)) for i in range(count)]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
 # On a CPU: the threads that other processes leave
 
 def threads_left(cpus, others, most):
@@ -408,7 +506,7 @@ LR_SCHEDULES = ('cosine', 'wsd', 'constant')
 
 def check_config(cfg, world_size, explicit):
     """Ranges and combinations of train.py's own keys that no later step would report clearly. The model's keys
-    (GPTConfig's fields) are checked by GPTConfig, when train.model_config builds it."""
+    (GPTConfig's fields) are checked by GPTConfig, when model_config builds it."""
     def need(ok, msg):
         if not ok:
             raise UserError(msg)
@@ -441,7 +539,7 @@ def check_config(cfg, world_size, explicit):
          f"for an anchor every {cfg.stride} layers use --model=xmod --stride={cfg.stride}")
 
 
-# What fixes a run's evaluation set (train.eval_starts): the data, the window length, and how many windows
+# What fixes a run's evaluation set (eval_starts): the data, the window length, and how many windows
 # (eval_tokens, or eval_iters batches of batch_size rows). A resume keeps them: log.csv's losses are comparable
 # from row to row only over one set.
 EVAL_SET_KEYS = ('dataset', 'data_dir', 'block_size', 'eval_tokens', 'eval_iters', 'batch_size')

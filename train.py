@@ -28,7 +28,7 @@ import sys
 import time
 import types
 from contextlib import nullcontext
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict
 
 import numpy as np
 import torch
@@ -38,8 +38,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # xmod.py, conf
 import run_folder                     # checkpoints, log.csv, run.json; the checks of a config, finding the data
 import xmod
 import configurator                   # configurator.peak_tflops: the name peak_tflops is a key here
-from configurator import (LossDiverged, UserError, autocast, configure, cpu_lacks_matrix_instructions, defaults_of,
-                          one_line, pick_device, run_main)
+from configurator import (LossDiverged, UserError, autocast, configure, cpu_lacks_matrix_instructions, one_line,
+                          pick_device, run_main)
+from run_folder import cooldown_start, eval_starts, open_split, read_windows, sizes   # the run's plan and data
 from xmod import GPT, GPTConfig
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -97,55 +98,7 @@ DEFAULTS = run_folder.train_defaults(globals())    # the settings above, then GP
 
 
 # -----------------------------------------------------------------------------------------------------------------
-# the config: checks, the model's shape, resume
-
-def model_config(cfg, vocab_size):
-    """The run's GPTConfig from the train config: dense/moe at n_layer (0 = dense_layers); mod/xmod FLOP-matched to
-    the dense baseline of depth dense_layers (xmod.match_flops), or as given with match_flops=False. A mod/xmod
-    config that routes every token is a dense model in disguise: refused when FLOP matching led there."""
-    args = {f.name: getattr(cfg, f.name) for f in fields(GPTConfig) if f.name not in ('model', 'n_layer', 'vocab_size')}
-    # the family's defaults (None) are resolved once the family is known: after FLOP matching, which works on the
-    # dense partner (a dense model's defaults)
-    family = {f.name: args.pop(f.name) for f in fields(GPTConfig) if f.default is None}
-    try:
-        if cfg.model in ('mod', 'xmod') and cfg.match_flops:
-            dense = GPTConfig(model='dense', n_layer=cfg.dense_layers, vocab_size=vocab_size, **args)
-            mcfg = replace(xmod.match_flops(dense, cfg.model, stride=cfg.stride, n_layer=cfg.n_layer or None,
-                                            capacity=cfg.capacity), **family)
-        else:
-            mcfg = GPTConfig(model=cfg.model, n_layer=cfg.n_layer or cfg.dense_layers, vocab_size=vocab_size,
-                             **args, **family)
-    except ValueError as e:
-        raise UserError(one_line(e)) from None
-    routes_all = ('routed' in xmod.layer_kinds(mcfg) and
-                  xmod.capacity_k(mcfg.capacity, cfg.block_size) == cfg.block_size)
-    if routes_all and cfg.match_flops:
-        raise UserError(f"--model={cfg.model} with n_layer={mcfg.n_layer} FLOP-matches to capacity 1.0: every "
-                        f"routed layer would take every token (rho = 1), which is not a sparse model. n_layer is "
-                        f"the sparse model's total depth; leave it at 0 (--n_layer=0) to let FLOP matching choose "
-                        f"it, or set the dense partner's depth with --dense_layers")
-    if routes_all:
-        print(f"train.py: WARNING: capacity {mcfg.capacity} routes every token: the routed layers are dense ones "
-              f"with a gate, not a sparse model", file=sys.stderr)
-    return mcfg
-
-
-# -----------------------------------------------------------------------------------------------------------------
-# data: batches are a pure function of (seed, step), the validation set is fixed
-
-def open_split(folder, split):
-    # a fresh memmap per use, as nanoGPT does: a long-lived one keeps pages resident and grows memory
-    return np.memmap(os.path.join(folder, f'{split}.bin'), dtype=np.uint16, mode='r')
-
-
-def read_windows(data, starts, T, device):
-    """x, y (len(starts), T) int64: windows of T+1 tokens, y shifted by one."""
-    w = torch.from_numpy(np.stack([data[i:i + T + 1].astype(np.int64) for i in starts]))
-    x, y = w[:, :-1], w[:, 1:]
-    if device.startswith('cuda'):
-        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
-    return x.to(device), y.to(device)
-
+# data: batches are a pure function of (seed, step); the validation set is fixed (run_folder.eval_starts)
 
 def batch_starts(seed, step, n_rows, n_tokens, T):
     """Start positions of the global batch of training step `step`: a pure function of (seed, step), so runs of
@@ -155,30 +108,8 @@ def batch_starts(seed, step, n_rows, n_tokens, T):
     return rng.integers(0, n_tokens - T, size=n_rows)
 
 
-def eval_starts(n_tokens, T, tokens, batch_size=1):
-    """The fixed validation set: evenly spaced windows of T+1 tokens over the split, from its start to its end.
-    tokens=0: the whole split (as many non-overlapping windows as fit). The same for every run and every eval, so
-    two runs' losses differ only by the models, not by which batches an evaluation happened to draw. The count is
-    rounded down to whole batches of batch_size (the remainder dropped; one smaller batch when fewer windows than
-    that fit): a smaller last batch would recompile a compiled model, under DDP while the other ranks wait."""
-    last = n_tokens - T - 1                       # the last valid start
-    count = last // T + 1
-    if tokens:
-        count = max(1, min(count, tokens // T))
-    if count >= batch_size:
-        count -= count % batch_size
-    if count == 1:
-        return [0]
-    return [round(i * last / (count - 1)) for i in range(count)]
-
-
 # -----------------------------------------------------------------------------------------------------------------
 # schedule and evaluation
-
-def cooldown_start(cfg, schedule_iters):
-    """wsd: the step where the linear decay to min_lr begins, the last cooldown_frac of the budget (rounded)."""
-    return schedule_iters - round(cfg.cooldown_frac * schedule_iters)
-
 
 def get_lr(cfg, it, schedule_iters):
     """Linear warmup, then over the iterations the run started with (schedule_iters):
@@ -200,16 +131,6 @@ def get_lr(cfg, it, schedule_iters):
         return cfg.learning_rate + ratio * (cfg.min_lr - cfg.learning_rate)
     ratio = min(1.0, (it - cfg.warmup_iters) / max(1, schedule_iters - cfg.warmup_iters))
     return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.learning_rate - cfg.min_lr)
-
-
-def resolve_iters(cfg, fpt, tokens_per_iter):
-    """The budget as a number of iterations: max_flops, else max_tokens, else max_iters (the closest count).
-    A FLOP-matched pair should use max_tokens: both then see the same tokens (max_flops gives each its own)."""
-    if cfg.max_flops > 0:
-        return max(1, round(cfg.max_flops / (3 * fpt * tokens_per_iter)))
-    if cfg.max_tokens > 0:
-        return max(1, round(cfg.max_tokens / tokens_per_iter))
-    return cfg.max_iters
 
 
 @torch.no_grad()
@@ -342,18 +263,6 @@ def setup_run(argv, lock=None):
         mcfg=mcfg, tokens_per_iter=tokens_per_iter, fpt=fpt, n_iters=n_iters, schedule_iters=schedule_iters,
         starts=starts, log_path=os.path.join(cfg.out_dir, 'log.csv'), run_path=os.path.join(cfg.out_dir, 'run.json'),
         save_steps={int(x) for x in cfg.save_steps.split(',') if x.strip()})
-
-
-def sizes(cfg, meta):
-    """(model config, tokens per iteration, forward FLOPs per token, iterations) of a run's config on a dataset
-    with this meta.pkl: what run.json records, and what sweep.py --dry_run adds up without starting a run."""
-    vocab_size = meta['vocab_size']
-    if meta.get('tokenizer') == 'gpt2':
-        vocab_size = -(-vocab_size // 64) * 64     # 50257 -> 50304: a multiple of 64 is faster, the rest unused
-    mcfg = model_config(cfg, vocab_size)
-    tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * cfg.block_size
-    fpt = xmod.flops_per_token(mcfg, cfg.block_size, cfg.batch_size)
-    return mcfg, tokens_per_iter, fpt, resolve_iters(cfg, fpt, tokens_per_iter)
 
 
 def explain_n_layer(cfg):

@@ -189,17 +189,17 @@ def test_same_seed_same_batches():
 
 
 def test_eval_set_is_fixed_and_spans_the_split():
-    starts = train.eval_starts(10_001, 100, 0)                 # the whole split: non-overlapping windows
+    starts = run_folder.eval_starts(10_001, 100, 0)                 # the whole split: non-overlapping windows
     assert len(starts) == 100 and starts[0] == 0 and starts[-1] == 10_001 - 101
     assert all(b - a >= 100 for a, b in zip(starts, starts[1:]))
-    few = train.eval_starts(10_001, 100, 1000)                 # 10 evenly spaced windows, start to end
+    few = run_folder.eval_starts(10_001, 100, 1000)                 # 10 evenly spaced windows, start to end
     assert len(few) == 10 and few[0] == 0 and few[-1] == 10_001 - 101
-    assert train.eval_starts(101, 100, 0) == [0]
+    assert run_folder.eval_starts(101, 100, 0) == [0]
     # whole batches of 4 (the remainder dropped, the split still spanned); fewer windows than a batch: all of them
-    whole = train.eval_starts(10_001, 100, 1000, batch_size=4)
+    whole = run_folder.eval_starts(10_001, 100, 1000, batch_size=4)
     assert len(whole) == 8 and whole[0] == 0 and whole[-1] == 10_001 - 101
-    assert train.eval_starts(10_001, 100, 300, batch_size=4) == train.eval_starts(10_001, 100, 300)
-    assert train.eval_starts(10_001, 100, 800, batch_size=4) == train.eval_starts(10_001, 100, 800)
+    assert run_folder.eval_starts(10_001, 100, 300, batch_size=4) == run_folder.eval_starts(10_001, 100, 300)
+    assert run_folder.eval_starts(10_001, 100, 800, batch_size=4) == run_folder.eval_starts(10_001, 100, 800)
 
 
 def test_config_file_and_overrides(tmp_path):
@@ -706,10 +706,10 @@ def test_a_sparse_run_that_would_route_every_token_is_refused(corpus, bad_train)
 def test_the_nanogpt_config_keeps_a_sparse_model_sparse():
     """config/shakespeare_char_nanogpt.py sets the dense depth, so --model=xmod on top of it is FLOP-matched X-MoD."""
     cfg, _ = configurator.configure(['shakespeare_char_nanogpt', '--model=xmod'], train.DEFAULTS)
-    mcfg = train.model_config(cfg, 84)
+    mcfg = run_folder.model_config(cfg, 84)
     assert mcfg.n_layer > 4 and xmod.capacity_k(mcfg.capacity, cfg.block_size) < cfg.block_size
     cfg, _ = configurator.configure(['shakespeare_char_nanogpt'], train.DEFAULTS)
-    assert train.model_config(cfg, 84).n_layer == 4 and train.model_config(cfg, 84).model == 'dense'
+    assert run_folder.model_config(cfg, 84).n_layer == 4 and run_folder.model_config(cfg, 84).model == 'dense'
 
 
 def test_a_config_files_n_layer_is_explained_for_a_sparse_run(corpus, tmp_path, capsys):
@@ -735,8 +735,8 @@ def test_a_config_files_n_layer_is_explained_for_a_sparse_run(corpus, tmp_path, 
 
 def test_stride_one_is_the_dense_model():
     cfg, _ = configurator.configure(['--model=xmod', '--stride=1'], train.DEFAULTS)
-    mcfg = train.model_config(cfg, 84)
-    dense = train.model_config(configurator.configure(['--model=dense'], train.DEFAULTS)[0], 84)
+    mcfg = run_folder.model_config(cfg, 84)
+    dense = run_folder.model_config(configurator.configure(['--model=dense'], train.DEFAULTS)[0], 84)
     assert xmod.layer_kinds(mcfg) == ['dense'] * 4 == xmod.layer_kinds(dense)
     assert xmod.flops_per_token(mcfg) == xmod.flops_per_token(dense)
 
@@ -766,7 +766,7 @@ def test_wsd_schedule():
     import types
     cfg = types.SimpleNamespace(learning_rate=1e-2, min_lr=1e-3, warmup_iters=10, decay_lr=True, lr_schedule='wsd',
                                 cooldown_frac=0.2)
-    assert train.cooldown_start(cfg, 100) == 80
+    assert run_folder.cooldown_start(cfg, 100) == 80
     lrs = [train.get_lr(cfg, it, 100) for it in range(101)]
     assert lrs[:10] == [1e-2 * (i + 1) / 11 for i in range(10)] and set(lrs[10:81]) == {1e-2}
     assert lrs[90] == pytest.approx(5.5e-3) and lrs[100] == pytest.approx(1e-3) and lrs[85] > lrs[86]
@@ -839,6 +839,15 @@ def test_help_lists_every_key_with_its_description():
     assert 'optimizer steps' in lines['--max_iters'] and 'context length' in lines['--block_size']
     assert 'attention heads' in lines['--n_head'] and 'None = family default' in lines['--gate']   # GPTConfig's
     assert all(len(line.split(None, 1)) == 2 for line in lines.values()), 'a key without its comment'
+
+
+def test_no_script_imports_train_py():
+    """train.py is a script: what other scripts need of a run (its keys, plan and data windows) is in run_folder.py."""
+    import glob
+    import re
+    for path in glob.glob(os.path.join(ROOT, '*.py')) + glob.glob(os.path.join(ROOT, 'sweeps', '*.py')):
+        with open(path) as f:
+            assert not re.search(r'^\s*(import train\b|from train import)', f.read(), re.M), path
 
 
 def test_the_model_keys_are_gptconfig_fields():
