@@ -2,7 +2,9 @@
 run_folder.py: the run folder's machinery, which a reader of train.py does not need to see.
 
   - run.json, log.csv (its first columns, LOG_COLUMNS, are a contract fit_law.py reads) and ckpt.pt, every write
-    atomic; a new run's claim on its folder; truncating the log on resume; one trainer per folder (RunLock)
+    atomic; truncating the log on resume; one trainer per folder (RunLock)
+  - how a run starts (open_run, one call: scratch, resume, auto, a branch from a kept step, the lock, --overwrite),
+    and its claim on the folder once every check has passed (Start.claim)
   - every random generator's state, for an exact resume; the git commit; on a CPU, the thread count that other
     busy processes leave (`CPUThreads`, train.py's --threads=0)
   - a run's plan from its config alone (model_config, sizes: FLOP matching, the budget; the fixed validation windows),
@@ -578,6 +580,97 @@ def resume_config(saved, cfg, explicit, defaults):
     for k in set(SESSION_KEYS) | explicit:
         merged[k] = getattr(cfg, k)
     return types.SimpleNamespace(**merged)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Starting a run: from scratch, resuming, or branching from a kept step; the folder's lock; --overwrite
+
+@dataclasses.dataclass
+class Start:
+    """How a run starts in cfg.out_dir (open_run decides it; nothing is written until claim)."""
+    cfg: types.SimpleNamespace      # the run's config: the command line's, or its checkpoint's (resume, branch)
+    resume: bool = False            # continue the checkpoint in out_dir
+    checkpoint: dict = None         # what it continues or branches from; None: from scratch
+    branch: dict = None             # a branch's {'checkpoint': PATH/ckpt_S.pt, 'step': S}, in its resumes too
+    lock: RunLock = None            # rank 0's lock on out_dir; None on the other ranks (they write nothing)
+
+    @property
+    def ckpt_path(self):
+        return os.path.join(self.cfg.out_dir, 'ckpt.pt')
+
+    def schedule_iters(self, mcfg, n_iters):
+        """The length of the learning-rate schedule (the budget a run started with), once the model and the budget
+        are known: a resume keeps its checkpoint's and must build the checkpoint's model; a branch is a new run with
+        its own, and must have steps left to train."""
+        ckpt = self.checkpoint
+        if ckpt is not None and dataclasses.asdict(mcfg) != ckpt['model_args']:
+            diff = [f"{k}={ckpt['model_args'].get(k)!r} (now {v!r})" for k, v in dataclasses.asdict(mcfg).items()
+                    if ckpt['model_args'].get(k) != v]
+            raise UserError(f"the checkpoint's model differs from this config: {', '.join(diff)}; resume with the "
+                            f"run's own settings")
+        if self.branch is not None and not self.resume and self.branch['step'] >= n_iters:
+            raise UserError(f"--init_from={self.cfg.init_from} is step {self.branch['step']:,}, and this run's budget "
+                            f"is {n_iters:,} steps: nothing left to train (give a larger --max_tokens or --max_iters)")
+        return n_iters if not self.resume else ckpt.get('schedule_iters', ckpt['n_iters'])
+
+    def claim(self, info, step):
+        """Rank 0, once every check has passed: take the folder and write run.json (info). A resume cuts log.csv back
+        to its checkpoint's step (step); a new run clears the run it replaces (--overwrite, or one never checkpointed)."""
+        out_dir = self.cfg.out_dir
+        os.makedirs(out_dir, exist_ok=True)
+        if self.lock.fd is None:     # no trainer had written here: the lock file is made now, before the first write
+            self.lock.take(out_dir, create=True)
+            if not self.resume:      # a trainer that took it in between has written a run by now: look again
+                check_new_run(out_dir, self.cfg.overwrite, say=False)
+        self.lock.write_pid()
+        if self.resume:
+            log_path = os.path.join(out_dir, 'log.csv')
+            torn = truncate_log(log_path, step)
+            if torn is not None:
+                print(f"note: dropped the last row of {log_path}, cut mid-line when the run stopped (it began "
+                      f"{torn[:30]!r}); training resumes at step {step} and logs the steps after it again")
+        else:
+            clear_run(out_dir)
+        write_json(os.path.join(out_dir, 'run.json'), info)
+
+
+def open_run(cfg, explicit, defaults, world_size, lock=None):
+    """How the run of this config starts, decided before anything is written (bad input raises UserError with the
+    folder as it was). lock: rank 0's RunLock, taken here when a trainer has written in out_dir before (it is made
+    by claim otherwise); None for the other ranks, and for a caller that only wants the decision.
+      scratch  a new run; refused when out_dir holds one, unless --overwrite or it never reached a checkpoint
+      resume   the checkpoint in out_dir, with its config (this command line's session keys and overrides on top)
+      auto     resume when out_dir has a checkpoint, else scratch
+      PATH/ckpt_S.pt  a branch: a new run in its own out_dir from that kept step, with its own budget; a branch whose
+               out_dir already holds its checkpoint continues it, like auto (sweep.py reruns its commands)"""
+    check_config(cfg, world_size, explicit)
+    if lock is not None:
+        lock.take(cfg.out_dir, create=False)
+    ckpt_path = os.path.join(cfg.out_dir, 'ckpt.pt')
+    branch_from = cfg.init_from if cfg.init_from.endswith('.pt') else None
+    own = load_checkpoint(ckpt_path) if branch_from and os.path.exists(ckpt_path) else None
+    resume = (cfg.init_from == 'resume' or (cfg.init_from == 'auto' and os.path.exists(ckpt_path)) or
+              (own is not None and (own.get('branch_of') or {}).get('checkpoint') == branch_from and
+               not cfg.overwrite))
+    if resume:
+        checkpoint = own or load_checkpoint(ckpt_path)
+        cfg = resume_config(checkpoint['config'], cfg, explicit, defaults)
+        check_config(cfg, world_size, explicit)         # again: a resumed config comes from the checkpoint
+        check_eval_set(checkpoint['config'], cfg, defaults)
+        return Start(cfg, True, checkpoint, checkpoint.get('branch_of'), lock)
+    checkpoint, branch = None, None
+    if branch_from:
+        if os.path.realpath(os.path.dirname(branch_from) or '.') == os.path.realpath(cfg.out_dir):
+            raise UserError(f"--init_from={branch_from}: a branch needs its own --out_dir (this one holds the run it "
+                            f"branches from)")
+        checkpoint = load_checkpoint(branch_from, missing='keep that step with --save_steps in the run it comes from')
+        cfg = resume_config(checkpoint['config'], cfg, explicit, defaults)
+        if 'save_steps' not in explicit:
+            cfg.save_steps = ''                          # the parent's branch points are not the branch's
+        check_config(cfg, world_size, explicit)
+        branch = {'checkpoint': branch_from, 'step': checkpoint['step']}
+    check_new_run(cfg.out_dir, cfg.overwrite)
+    return Start(cfg, False, checkpoint, branch, lock)
 
 
 def find_data(cfg, ddp):

@@ -27,6 +27,7 @@ import random
 import sys
 import time
 import types
+import warnings
 from contextlib import nullcontext
 from dataclasses import asdict
 
@@ -177,10 +178,10 @@ def eval_row(run, model, raw_model):
 # the run: set up, build the model, write run.json, train
 
 def setup_run(argv, lock=None):
-    """Everything decided before anything is written: the config (resumed or new), processes, device, data, model
-    shape and budget. Bad input raises UserError here, with nothing on disk touched. Rank 0 takes the folder's lock
-    (run_folder.RunLock) before it reads the folder, when a trainer has written there before; lock=None (a caller
-    that only wants the resolved run, not to train it) takes none."""
+    """Everything decided before anything is written: the config and how the run starts (run_folder.open_run:
+    scratch, resume, auto, a branch; the folder's lock, --overwrite), processes, device, data, model shape and
+    budget. Bad input raises UserError here, with nothing on disk touched. lock: the RunLock rank 0 takes (None: a
+    caller that only wants the resolved run, not to train it)."""
     from_file = set()
     cfg, explicit = configure(argv, DEFAULTS, doc=__doc__, source=__file__, from_file=from_file, model=GPTConfig)
     ddp = int(os.environ.get('RANK', -1)) != -1
@@ -193,36 +194,8 @@ def setup_run(argv, lock=None):
     follows_world = world_size > 1 and 'gradient_accumulation_steps' not in explicit
     if follows_world:
         cfg.gradient_accumulation_steps = world_size
-    run_folder.check_config(cfg, world_size, explicit)
-    if rank == 0 and lock is not None:      # only rank 0 writes the folder, so only rank 0 holds its lock
-        lock.take(cfg.out_dir, create=False)
-    ckpt_path = os.path.join(cfg.out_dir, 'ckpt.pt')
-    branch_from = cfg.init_from if cfg.init_from.endswith('.pt') else None
-    own = run_folder.load_checkpoint(ckpt_path) if branch_from and os.path.exists(ckpt_path) else None
-    # a branch whose own folder already holds its checkpoint continues it, like auto (sweep.py reruns commands)
-    resume = (cfg.init_from == 'resume' or (cfg.init_from == 'auto' and os.path.exists(ckpt_path)) or
-              (own is not None and (own.get('branch_of') or {}).get('checkpoint') == branch_from and
-               not cfg.overwrite))
-    checkpoint, branch = None, None
-    if resume:
-        checkpoint = own or run_folder.load_checkpoint(ckpt_path)
-        cfg = run_folder.resume_config(checkpoint['config'], cfg, explicit, DEFAULTS)
-        run_folder.check_config(cfg, world_size, explicit)   # again: a resumed config comes from the checkpoint
-        run_folder.check_eval_set(checkpoint['config'], cfg, DEFAULTS)
-        branch = checkpoint.get('branch_of')
-    elif branch_from:
-        if os.path.realpath(os.path.dirname(branch_from) or '.') == os.path.realpath(cfg.out_dir):
-            raise UserError(f"--init_from={branch_from}: a branch needs its own --out_dir (this one holds the run "
-                            f"it branches from)")
-        checkpoint = run_folder.load_checkpoint(branch_from,
-                                                missing='keep that step with --save_steps in the run it comes from')
-        cfg = run_folder.resume_config(checkpoint['config'], cfg, explicit, DEFAULTS)
-        if 'save_steps' not in explicit:
-            cfg.save_steps = ''                          # the parent's branch points are not the branch's
-        run_folder.check_config(cfg, world_size, explicit)
-        branch = {'checkpoint': branch_from, 'step': checkpoint['step']}
-    if not resume:
-        run_folder.check_new_run(cfg.out_dir, cfg.overwrite)
+    start = run_folder.open_run(cfg, explicit, DEFAULTS, world_size, lock if rank == 0 else None)  # only rank 0 writes
+    cfg, checkpoint = start.cfg, start.checkpoint
     dev = pick_device(cfg.device, local_rank if ddp else None)
     device_type = dev.split(':')[0]
     if cfg.cuda_graphs and (device_type != 'cuda' or not cfg.compile):
@@ -243,22 +216,14 @@ def setup_run(argv, lock=None):
     if 'n_layer' in from_file and checkpoint is None and rank == 0:
         explain_n_layer(cfg)
     mcfg, tokens_per_iter, fpt, n_iters = sizes(cfg, meta)
-    if checkpoint is not None and asdict(mcfg) != checkpoint['model_args']:
-        diff = [f"{k}={checkpoint['model_args'].get(k)!r} (now {v!r})" for k, v in asdict(mcfg).items()
-                if checkpoint['model_args'].get(k) != v]
-        raise UserError(f"the checkpoint's model differs from this config: {', '.join(diff)}; resume with the "
-                        f"run's own settings")
     # the schedule's length is fixed when a run starts; a resumed run with a larger budget goes on at min_lr. A branch
     # is a new run: its schedule follows its own budget
-    schedule_iters = (n_iters if not resume else checkpoint.get('schedule_iters', checkpoint['n_iters']))
-    if branch is not None and not resume and branch['step'] >= n_iters:
-        raise UserError(f"--init_from={branch_from} is step {branch['step']:,}, and this run's budget is "
-                        f"{n_iters:,} steps: nothing left to train (give a larger --max_tokens or --max_iters)")
+    schedule_iters = start.schedule_iters(mcfg, n_iters)
     starts = eval_starts(n_val, T, cfg.eval_iters * cfg.batch_size * T if cfg.eval_iters else cfg.eval_tokens,
                          cfg.batch_size)
     return types.SimpleNamespace(
-        lock=lock, gas_note=follows_world and checkpoint is None, cfg=cfg, explicit=explicit, ddp=ddp, rank=rank, local_rank=local_rank, world_size=world_size,
-        master=rank == 0, resume=resume, branch=branch, checkpoint=checkpoint, ckpt_path=ckpt_path, dev=dev,
+        start=start, gas_note=follows_world and checkpoint is None, cfg=cfg, ddp=ddp, rank=rank, local_rank=local_rank,
+        world_size=world_size, master=rank == 0, resume=start.resume, branch=start.branch, ckpt_path=start.ckpt_path, dev=dev,
         device_type=device_type, dtype=dtype, ctx=ctx, folder=folder, meta=meta, n_train=n_train, n_val=n_val,
         mcfg=mcfg, tokens_per_iter=tokens_per_iter, fpt=fpt, n_iters=n_iters, schedule_iters=schedule_iters,
         starts=starts, log_path=os.path.join(cfg.out_dir, 'log.csv'), run_path=os.path.join(cfg.out_dir, 'run.json'),
@@ -291,9 +256,11 @@ def build_model(run):
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)                    # the initial weights: a pure function of the seed
     raw_model = GPT(run.mcfg)
-    raw_model.calibration_checked = True           # step 0's causal eval runs before any calibration, by design
+    with warnings.catch_warnings():                # step 0's causal eval runs before any calibration, by design:
+        warnings.simplefilter('ignore')            # the model's one look for uncalibrated thresholds is spent here
+        raw_model.warn_if_uncalibrated()
     torch.manual_seed(cfg.seed + run.rank)         # dropout: its own stream per rank
-    ckpt = run.checkpoint
+    ckpt = run.start.checkpoint
     if ckpt is not None:
         try:
             raw_model.load_state_dict(run_folder.clean_state_dict(ckpt['model']))
@@ -342,20 +309,7 @@ def start_run(run, raw_model, iter_num):
         info['branch_of'] = run.branch
     if not run.master:
         return info
-    os.makedirs(cfg.out_dir, exist_ok=True)
-    if run.lock.fd is None:     # no trainer had written here: the lock file is made now, before the first write,
-        run.lock.take(cfg.out_dir, create=True)
-        if not run.resume:      # a trainer that took it in between has written a run by now: look again
-            run_folder.check_new_run(cfg.out_dir, cfg.overwrite, say=False)
-    run.lock.write_pid()
-    if run.resume:
-        torn = run_folder.truncate_log(run.log_path, iter_num)
-        if torn is not None:
-            print(f"note: dropped the last row of {run.log_path}, cut mid-line when the run stopped (it began "
-                  f"{torn[:30]!r}); training resumes at step {iter_num} and logs the steps after it again")
-    else:
-        run_folder.clear_run(cfg.out_dir)          # --overwrite: the old run goes (checked in setup_run)
-    run_folder.write_json(run.run_path, info)
+    run.start.claim(info, iter_num)        # the folder is this run's now: run.json written, the log cut or cleared
     T = cfg.block_size
     sparse = (f", capacity {mcfg.capacity:.4f} ({xmod.capacity_k(mcfg.capacity, T)}/{T} tokens)"
               if 'routed' in xmod.layer_kinds(mcfg) else ', no routed layer: the dense model' if
@@ -446,7 +400,7 @@ def train_run(argv, lock):
     cfg, T = run.cfg, run.cfg.block_size
     raw_model, model, ddp_model, optimizer, scaler = build_model(run)
     # where training stands: step 0, or the checkpoint's (a resume, or the kept step a branch starts from)
-    ckpt = run.checkpoint or {}
+    ckpt = run.start.checkpoint or {}
     iter_num = ckpt.get('step', 0)
     best_val_loss = ckpt.get('best_val_loss', float('inf'))
     last_eval = ckpt.get('last_eval')              # the last evaluation's step, tokens, FLOPs and losses
@@ -457,7 +411,7 @@ def train_run(argv, lock):
     window, window_steps = torch.zeros((), device=run.dev), 0
     since_eval = torch.full((), ckpt.get('train_loss_sum', 0.0), device=run.dev)
     since_eval_steps = ckpt.get('train_loss_steps', 0)
-    run.checkpoint = ckpt = None                   # free the memory
+    run.start.checkpoint = ckpt = None             # free the memory
     info = run.info = start_run(run, raw_model, iter_num)
     gas_local = cfg.gradient_accumulation_steps // run.world_size
     bar = tqdm(total=run.n_iters, initial=iter_num, disable=True if not run.master else None, dynamic_ncols=True,
