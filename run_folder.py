@@ -338,6 +338,14 @@ def model_config(cfg, vocab_size):
     return mcfg
 
 
+def explain_n_layer(cfg):
+    """A config file's n_layer, written for a dense model, means another thing to a FLOP-matched sparse run: say so."""
+    if cfg.model in ('mod', 'xmod') and cfg.match_flops and cfg.n_layer:
+        print(f"note: n_layer={cfg.n_layer} (from the config file) is the {cfg.model} model's own depth, FLOP-matched "
+              f"to a dense model of dense_layers={cfg.dense_layers} layers; to match a {cfg.n_layer}-layer dense "
+              f"model, run with --dense_layers={cfg.n_layer} --n_layer=0 (FLOP matching then picks the depth)")
+
+
 def sizes(cfg, meta):
     """(model config, tokens per iteration, forward FLOPs per token, iterations) of a run's config on a dataset
     with this meta.pkl: what run.json records, and what sweep.py --dry_run adds up without starting a run."""
@@ -598,6 +606,14 @@ class Start:
     def ckpt_path(self):
         return os.path.join(self.cfg.out_dir, 'ckpt.pt')
 
+    @property
+    def log_path(self):
+        return os.path.join(self.cfg.out_dir, 'log.csv')
+
+    @property
+    def run_path(self):
+        return os.path.join(self.cfg.out_dir, 'run.json')
+
     def schedule_iters(self, mcfg, n_iters):
         """The length of the learning-rate schedule (the budget a run started with), once the model and the budget
         are known: a resume keeps its checkpoint's and must build the checkpoint's model; a branch is a new run with
@@ -615,7 +631,7 @@ class Start:
 
     def claim(self, info, step):
         """Rank 0, once every check has passed: take the folder and write run.json (info). A resume cuts log.csv back
-        to its checkpoint's step (step); a new run clears the run it replaces (--overwrite, or one never checkpointed)."""
+        to its checkpoint's step; a new run clears the run it replaces (--overwrite, or one never checkpointed)."""
         out_dir = self.cfg.out_dir
         os.makedirs(out_dir, exist_ok=True)
         if self.lock.fd is None:     # no trainer had written here: the lock file is made now, before the first write
@@ -624,14 +640,13 @@ class Start:
                 check_new_run(out_dir, self.cfg.overwrite, say=False)
         self.lock.write_pid()
         if self.resume:
-            log_path = os.path.join(out_dir, 'log.csv')
-            torn = truncate_log(log_path, step)
+            torn = truncate_log(self.log_path, step)
             if torn is not None:
-                print(f"note: dropped the last row of {log_path}, cut mid-line when the run stopped (it began "
+                print(f"note: dropped the last row of {self.log_path}, cut mid-line when the run stopped (it began "
                       f"{torn[:30]!r}); training resumes at step {step} and logs the steps after it again")
         else:
             clear_run(out_dir)
-        write_json(os.path.join(out_dir, 'run.json'), info)
+        write_json(self.run_path, info)
 
 
 def open_run(cfg, explicit, defaults, world_size, lock=None):

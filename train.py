@@ -214,7 +214,7 @@ def setup_run(argv, lock=None):
             raise UserError(f"block_size={T} is larger than the {split} split ({n} tokens in {folder}): "
                             f"lower --block_size")
     if 'n_layer' in from_file and checkpoint is None and rank == 0:
-        explain_n_layer(cfg)
+        run_folder.explain_n_layer(cfg)
     mcfg, tokens_per_iter, fpt, n_iters = sizes(cfg, meta)
     # the schedule's length is fixed when a run starts; a resumed run with a larger budget goes on at min_lr. A branch
     # is a new run: its schedule follows its own budget
@@ -222,20 +222,12 @@ def setup_run(argv, lock=None):
     starts = eval_starts(n_val, T, cfg.eval_iters * cfg.batch_size * T if cfg.eval_iters else cfg.eval_tokens,
                          cfg.batch_size)
     return types.SimpleNamespace(
-        start=start, gas_note=follows_world and checkpoint is None, cfg=cfg, ddp=ddp, rank=rank, local_rank=local_rank,
-        world_size=world_size, master=rank == 0, resume=start.resume, branch=start.branch, ckpt_path=start.ckpt_path, dev=dev,
-        device_type=device_type, dtype=dtype, ctx=ctx, folder=folder, meta=meta, n_train=n_train, n_val=n_val,
-        mcfg=mcfg, tokens_per_iter=tokens_per_iter, fpt=fpt, n_iters=n_iters, schedule_iters=schedule_iters,
-        starts=starts, log_path=os.path.join(cfg.out_dir, 'log.csv'), run_path=os.path.join(cfg.out_dir, 'run.json'),
+        cfg=cfg, start=start, gas_note=follows_world and checkpoint is None, ddp=ddp, rank=rank, local_rank=local_rank,
+        world_size=world_size, master=rank == 0, dev=dev, device_type=device_type, dtype=dtype, ctx=ctx, folder=folder,
+        meta=meta, n_train=n_train, n_val=n_val, mcfg=mcfg, tokens_per_iter=tokens_per_iter, fpt=fpt, n_iters=n_iters,
+        schedule_iters=schedule_iters, starts=starts,
         save_steps={int(x) for x in cfg.save_steps.split(',') if x.strip()})
 
-
-def explain_n_layer(cfg):
-    """A config file's n_layer, written for a dense model, means another thing to a FLOP-matched sparse run: say so."""
-    if cfg.model in ('mod', 'xmod') and cfg.match_flops and cfg.n_layer:
-        print(f"note: n_layer={cfg.n_layer} (from the config file) is the {cfg.model} model's own depth, FLOP-matched "
-              f"to a dense model of dense_layers={cfg.dense_layers} layers; to match a {cfg.n_layer}-layer dense "
-              f"model, run with --dense_layers={cfg.n_layer} --n_layer=0 (FLOP matching then picks the depth)")
 
 
 def build_model(run):
@@ -265,7 +257,7 @@ def build_model(run):
         try:
             raw_model.load_state_dict(run_folder.clean_state_dict(ckpt['model']))
         except RuntimeError as e:
-            raise UserError(f"{run.ckpt_path}: the weights do not fit the model: {one_line(e)}") from None
+            raise UserError(f"{run.start.ckpt_path}: the weights do not fit the model: {one_line(e)}") from None
     raw_model.to(dev)
     scaler = torch.amp.GradScaler(run.device_type, enabled=run.dtype == 'float16')
     optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
@@ -305,8 +297,8 @@ def start_run(run, raw_model, iter_num):
             'n_iters': run.n_iters, 'world_size': run.world_size, 'seed': cfg.seed,
             'git_commit': run_folder.git_commit(), 'torch_version': torch.__version__, 'device': run.dev,
             'dtype': run.dtype, 'finished': False, 'final': None}
-    if run.branch:
-        info['branch_of'] = run.branch
+    if run.start.branch:
+        info['branch_of'] = run.start.branch
     if not run.master:
         return info
     run.start.claim(info, iter_num)        # the folder is this run's now: run.json written, the log cut or cleared
@@ -331,16 +323,16 @@ def start_run(run, raw_model, iter_num):
     print(f"budget {run.n_iters:,} iters x {run.tokens_per_iter:,} tokens = "
           f"{run.n_iters * run.tokens_per_iter / 1e6:.2f}M tokens, {3 * run.fpt * run.n_iters * run.tokens_per_iter:.3g}"
           f" FLOPs; device {run.dev} {run.dtype}{f' x {run.world_size} ranks' if run.ddp else ''}; out_dir "
-          f"{cfg.out_dir}" + (f"; resuming at step {iter_num}" if run.resume else ''))
+          f"{cfg.out_dir}" + (f"; resuming at step {iter_num}" if run.start.resume else ''))
     slow = run.device_type == 'cpu' and cpu_lacks_matrix_instructions(run.dtype)
     if slow is not False:         # None: torch cannot tell
         which = 'this CPU has' if slow else 'on a CPU with'
         print(f"note: {which} no matrix instructions for {run.dtype}, training takes 8x float32's time or more "
               f"(docs/gpu.md): --dtype={run.dtype} on a CPU is for testing the GPU path, float32 trains faster")
-    if run.branch and not run.resume:
+    if run.start.branch and not run.start.resume:
         sched = (f"; its cooldown starts at step {cooldown_start(cfg, run.schedule_iters):,}"
                  if cfg.lr_schedule == 'wsd' else '')
-        print(f"branch of {run.branch['checkpoint']} at step {run.branch['step']:,}{sched}")
+        print(f"branch of {run.start.branch['checkpoint']} at step {run.start.branch['step']:,}{sched}")
     if run.n_iters > run.schedule_iters:
         print(f"extending: the learning-rate schedule of this run ended at step {run.schedule_iters:,}; steps "
               f"{run.schedule_iters:,}-{run.n_iters:,} run at min_lr={cfg.min_lr:g}")
@@ -353,9 +345,9 @@ def diverged(run, what, value, iter_num, last_eval, advice=''):
     info = getattr(run, 'info', None)
     if run.master and info is not None:
         info['diverged'] = {'step': iter_num, 'what': what}
-        run_folder.write_json(run.run_path, info)
+        run_folder.write_json(run.start.run_path, info)
     return LossDiverged(f"the {what} is {value} at step {iter_num}: stopping. The last good checkpoint "
-                        f"({run.ckpt_path}, step {last_eval['step'] if last_eval else 'none'}) is kept{advice}")
+                        f"({run.start.ckpt_path}, step {last_eval['step'] if last_eval else 'none'}) is kept{advice}")
 
 
 def train_loss_mean(run, total, n, iter_num, last_eval):
@@ -384,7 +376,7 @@ def checkpoint_state(run, raw_model, optimizer, scaler, iter_num, best_val_loss,
             'data': {'seed': run.cfg.seed, 'step': iter_num, 'tokens': iter_num * run.tokens_per_iter},
             'n_iters': run.n_iters, 'schedule_iters': run.schedule_iters, 'best_val_loss': best_val_loss,
             'elapsed_s': time.time() - t0, 'last_eval': last_eval, 'rng': rngs, 'meta': run.meta,
-            'branch_of': run.branch, 'train_loss_sum': train_sum, 'train_loss_steps': train_steps}
+            'branch_of': run.start.branch, 'train_loss_sum': train_sum, 'train_loss_steps': train_steps}
 
 
 def train(argv):
@@ -417,7 +409,7 @@ def train_run(argv, lock):
     bar = tqdm(total=run.n_iters, initial=iter_num, disable=True if not run.master else None, dynamic_ncols=True,
                unit='it', leave=False)
     t0 = time.time() - elapsed
-    resumed_at = iter_num if run.resume or run.branch else -1     # its evaluation is already logged
+    resumed_at = iter_num if run.start.resume or run.start.branch else -1     # its evaluation is already logged
     t_mark, tok_mark, t_eval_end = time.time(), iter_num * run.tokens_per_iter, time.time()
     share_cpu = run_folder.cpu_threads(run.device_type, cfg.threads)
     thread_note, said_since_eval = run_folder.ThreadNote(torch.get_num_threads(), time.time()), False
@@ -447,8 +439,8 @@ def train_run(argv, lock):
             last_eval = {k: row[k] for k in ('step', 'tokens', 'flops', 'val_loss', 'val_loss_causal')}
             state = checkpoint_state(run, raw_model, optimizer, scaler, iter_num, best_val_loss, last_eval, t0)
             if run.master:
-                run_folder.append_log(run.log_path, row)
-                run_folder.save_checkpoint(state, run.ckpt_path)
+                run_folder.append_log(run.start.log_path, row)
+                run_folder.save_checkpoint(state, run.start.ckpt_path)
                 train_txt = f"train {train_loss:.4f}, " if train_loss != '' else ''
                 tqdm.write(f"step {iter_num:>6}: {train_txt}val {ev['val_loss']:.4f}, val causal "
                            f"{ev['val_loss_causal']:.4f}, {row['elapsed_s']:.0f}s")
@@ -531,7 +523,7 @@ def train_run(argv, lock):
     bar.close()
     if run.master:
         info.update(finished=True, final=last_eval)
-        run_folder.write_json(run.run_path, info)
+        run_folder.write_json(run.start.run_path, info)
         print(f"done: {run.n_iters:,} iters, {time.time() - t0:.0f}s; val_loss {last_eval['val_loss']:.4f}, "
               f"val_loss_causal {last_eval['val_loss_causal']:.4f}; sample with: python sample.py "
               f"--out_dir={cfg.out_dir}")
