@@ -306,15 +306,20 @@ def git_commit():
 # A run's plan, from its config alone: the model (FLOP matching), the budget, the fixed validation windows. train.py
 # trains it; sweep.py adds up its FLOPs (--dry_run) and routing_plot.py reads its windows without starting a run
 
+def model_keys(cfg):
+    """{field: value} of the train config's keys that are GPTConfig's fields (all but vocab_size, the data's)."""
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(xmod.GPTConfig) if f.name != 'vocab_size'}
+
+
 def model_config(cfg, vocab_size):
     """The run's GPTConfig from the train config: dense/moe at n_layer (0 = dense_layers); mod/xmod FLOP-matched to
     the dense baseline of depth dense_layers (xmod.match_flops), or as given with match_flops=False. A mod/xmod
     config that routes every token is a dense model in disguise: refused when FLOP matching led there."""
-    fields = dataclasses.fields(xmod.GPTConfig)
-    args = {f.name: getattr(cfg, f.name) for f in fields if f.name not in ('model', 'n_layer', 'vocab_size')}
+    args = model_keys(cfg)
+    del args['model'], args['n_layer']
     # the family's defaults (None) are resolved once the family is known: after FLOP matching, which works on the
     # dense partner (a dense model's defaults)
-    family = {f.name: args.pop(f.name) for f in fields if f.default is None}
+    family = {f.name: args.pop(f.name) for f in dataclasses.fields(xmod.GPTConfig) if f.default is None}
     try:
         if cfg.model in ('mod', 'xmod') and cfg.match_flops:
             dense = xmod.GPTConfig(model='dense', n_layer=cfg.dense_layers, vocab_size=vocab_size, **args)
@@ -515,8 +520,8 @@ LR_SCHEDULES = ('cosine', 'wsd', 'constant')
 
 
 def check_config(cfg, world_size, explicit):
-    """Ranges and combinations of train.py's own keys that no later step would report clearly. The model's keys
-    (GPTConfig's fields) are checked by GPTConfig, when model_config builds it."""
+    """Ranges and combinations that no later step would report clearly. The model's keys (GPTConfig's fields) are
+    checked by GPTConfig itself, here and again when model_config builds the run's model."""
     def need(ok, msg):
         if not ok:
             raise UserError(msg)
@@ -539,6 +544,10 @@ def check_config(cfg, world_size, explicit):
          f"--learning_rate={cfg.learning_rate:g} is below --min_lr={cfg.min_lr:g}: the decay would rise "
          f"{cfg.min_lr / cfg.learning_rate:.3g}x; set --min_lr too (about learning_rate/10)")
     need(0 <= cfg.beta1 < 1 and 0 <= cfg.beta2 < 1, "--beta1 and --beta2: expected numbers in [0, 1)")
+    try:       # the model's keys, as GPTConfig checks them, before the data is looked for (or prepared)
+        xmod.GPTConfig(**dict(model_keys(cfg), n_layer=cfg.n_layer or cfg.dense_layers))
+    except ValueError as e:
+        raise UserError(one_line(e)) from None
     need(cfg.threads >= 0, f"--threads={cfg.threads}: expected 0 (auto) or a number of CPU threads >= 1")
     check_dtype(cfg.dtype)
     need(cfg.gradient_accumulation_steps % world_size == 0,
@@ -575,16 +584,21 @@ def check_eval_set(saved, cfg, defaults):
                     f"--out_dir")
 
 
-# How a checkpoint's config said "the family's default" before train.py took the model's keys from GPTConfig
-# (whose None says it): a resume of such a checkpoint reads these as None.
+# How train.py said "the family's default" before it took the model's keys from GPTConfig (whose None says it):
+# a command line or a checkpoint's config that still says so means None.
 OLD_FAMILY_DEFAULTS = {'gate': '', 'router_bce': '', 'expert_hidden': 0, 'balance': -1.0}
+
+
+def family_defaults(values):
+    """{key: None} for each key of the dict values that holds its OLD_FAMILY_DEFAULTS value."""
+    return {k: None for k, old in OLD_FAMILY_DEFAULTS.items() if k in values and values[k] == old}
 
 
 def resume_config(saved, cfg, explicit, defaults):
     """The config of a resumed run: the checkpoint's, with this invocation's session keys and explicit overrides."""
     merged = dict(defaults)
     merged.update({k: v for k, v in saved.items() if k in defaults})
-    merged.update({k: None for k, old in OLD_FAMILY_DEFAULTS.items() if k in saved and saved[k] == old})
+    merged.update(family_defaults(saved))
     for k in set(SESSION_KEYS) | explicit:
         merged[k] = getattr(cfg, k)
     return types.SimpleNamespace(**merged)
@@ -658,6 +672,7 @@ def open_run(cfg, explicit, defaults, world_size, lock=None):
       auto     resume when out_dir has a checkpoint, else scratch
       PATH/ckpt_S.pt  a branch: a new run in its own out_dir from that kept step, with its own budget; a branch whose
                out_dir already holds its checkpoint continues it, like auto (sweep.py reruns its commands)"""
+    vars(cfg).update(family_defaults(vars(cfg)))
     check_config(cfg, world_size, explicit)
     if lock is not None:
         lock.take(cfg.out_dir, create=False)

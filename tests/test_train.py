@@ -870,6 +870,9 @@ def test_the_model_keys_are_gptconfig_fields():
     cfg, explicit = run_folder.train_config([])
     resumed = run_folder.resume_config(old, cfg, explicit, train.DEFAULTS)
     assert (resumed.gate, resumed.balance, resumed.router_bce, resumed.expert_hidden) == (None, None, None, None)
+    cfg, explicit = run_folder.train_config(['--balance=-1', '--expert_hidden=0', '--gate=', '--out_dir=/nonexistent'])
+    start = run_folder.open_run(cfg, explicit, train.DEFAULTS, 1)            # the values of before, still typed
+    assert (start.cfg.balance, start.cfg.expert_hidden, start.cfg.gate) == (None, None, None)
     r = run(SAMPLE, '--help')
     assert r.returncode == 0 and 'EXIT' not in r.stdout and '--temperature=0.8' in r.stdout
     for script in ('bench.py', 'sweep.py'):
