@@ -18,6 +18,9 @@ ckpt.pt (atomic, at every evaluation), ckpt_S.pt (a kept copy of step S, --save_
 exactly where a run stopped. The learning-rate schedule is fixed when a run starts: resuming with a larger budget
 extends it at min_lr. --init_from=PATH/ckpt_S.pt branches a new run (its own out_dir, budget and schedule) from a
 kept step: one long warmup-stable-decay run gives every shorter budget by branching at that budget's cooldown.
+Read it top to bottom, as nanoGPT's: the settings; the config and how the run starts (scratch, resume or a branch,
+decided by run_folder.open_run); the data; the model and its optimizer; the schedule and evaluation; run.json and
+checkpoints; the loop (train_run). What other scripts need of a run (its keys, its plan) is in run_folder.py.
 Exit codes: 0 done (or stopped by stop_iter); 2 bad input (one line on stderr, nothing on disk touched);
 3 the loss became NaN or inf (the last good checkpoint is kept); 130 interrupted.
 """
@@ -99,83 +102,7 @@ DEFAULTS = run_folder.train_defaults(globals())    # the settings above, then GP
 
 
 # -----------------------------------------------------------------------------------------------------------------
-# data: batches are a pure function of (seed, step); the validation set is fixed (run_folder.eval_starts)
-
-def batch_starts(seed, step, n_rows, n_tokens, T):
-    """Start positions of the global batch of training step `step`: a pure function of (seed, step), so runs of
-    different families with the same seed see the same data in the same order, a resumed run sees exactly the
-    batches it would have seen, and DDP ranks slice the very batch one process would draw."""
-    rng = np.random.default_rng([seed, step])
-    return rng.integers(0, n_tokens - T, size=n_rows)
-
-
-# -----------------------------------------------------------------------------------------------------------------
-# schedule and evaluation
-
-def get_lr(cfg, it, schedule_iters):
-    """Linear warmup, then over the iterations the run started with (schedule_iters):
-      cosine    decay from learning_rate to min_lr; beyond them (a run extended on resume), min_lr;
-      wsd       warmup-stable-decay (Hagele et al. 2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed
-                Training Durations"): learning_rate until cooldown_start, then linearly to min_lr. Until its
-                cooldown a run does not depend on its budget, so a long run's step cooldown_start(N) is the start of
-                every run of budget N: one stable run and a short branch per budget replace a run per budget;
-      constant  learning_rate (also decay_lr=False)."""
-    if it < cfg.warmup_iters:
-        return cfg.learning_rate * (it + 1) / (cfg.warmup_iters + 1)
-    if not cfg.decay_lr or cfg.lr_schedule == 'constant':
-        return cfg.learning_rate
-    if cfg.lr_schedule == 'wsd':
-        start = cooldown_start(cfg, schedule_iters)
-        if it < start:
-            return cfg.learning_rate
-        ratio = min(1.0, (it - start) / max(1, schedule_iters - start))
-        return cfg.learning_rate + ratio * (cfg.min_lr - cfg.learning_rate)
-    ratio = min(1.0, (it - cfg.warmup_iters) / max(1, schedule_iters - cfg.warmup_iters))
-    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.learning_rate - cfg.min_lr)
-
-
-@torch.no_grad()
-def evaluate(run, model, raw_model, routing):
-    """Mean losses and routing statistics over the fixed validation windows. Batches are dealt out to DDP ranks;
-    each batch is weighted by its rows, so the result does not depend on the world size. A rank with no batch runs
-    batch 0 with weight 0 (it must still join the all_reduce with the same keys)."""
-    raw_model.eval()                       # causal thresholds frozen, dropout off
-    data = open_split(run.folder, 'val')
-    B, T = run.cfg.batch_size, run.cfg.block_size
-    batches = [(i, run.starts[i:i + B]) for i in range(0, len(run.starts), B)]
-    mine = [(i, b, len(b)) for i, b in batches[run.rank::run.world_size]] or [(*batches[0], 0)]
-    keys, total = None, None
-    for i, b, weight in mine:
-        x, y = read_windows(data, b, T, run.dev)
-        raw_model.set_draw(row0=i)           # random routing: each window's draw is fixed by its place in the set
-        with run.ctx:
-            _, _, aux = model(x, y, routing=routing, return_aux=True)
-        values = {**aux['losses'], **xmod.routing_stats(raw_model, aux['layers'], routing)}
-        keys = keys or list(values)
-        vec = torch.stack([values[k].float() for k in keys]) * weight
-        total = vec if total is None else total + vec
-    if run.world_size > 1:
-        torch.distributed.all_reduce(total)
-    raw_model.train()
-    return dict(zip(keys, (total / len(run.starts)).tolist()))
-
-
-def eval_row(run, model, raw_model):
-    """val_loss (top-k routing) and val_loss_causal (causal routing: the honest one), as LM cross-entropy only;
-    then the top-k mode's auxiliary losses and routing statistics, and the causal mode's (named causal_*). A dense
-    model routes nothing, so its causal loss is its loss; the MoE is evaluated causally too (it then drops none)."""
-    topk = evaluate(run, model, raw_model, 'topk')
-    if run.mcfg.model == 'dense':
-        return {'val_loss': topk['lm'], 'val_loss_causal': topk['lm']}
-    causal = evaluate(run, model, raw_model, 'causal')
-    row = {'val_loss': topk.pop('lm'), 'val_loss_causal': causal['lm']}
-    row.update(topk)
-    row.update({k: v for k, v in causal.items() if k.startswith('causal_')})
-    return row
-
-
-# -----------------------------------------------------------------------------------------------------------------
-# the run: set up, build the model, write run.json, train
+# the config and how the run starts, processes, device, data, the model's shape and budget
 
 def setup_run(argv, lock=None):
     """Everything decided before anything is written: the config and how the run starts (run_folder.open_run:
@@ -229,6 +156,19 @@ def setup_run(argv, lock=None):
         save_steps={int(x) for x in cfg.save_steps.split(',') if x.strip()})
 
 
+# -----------------------------------------------------------------------------------------------------------------
+# data: batches are a pure function of (seed, step); the validation set is fixed (run_folder.eval_starts)
+
+def batch_starts(seed, step, n_rows, n_tokens, T):
+    """Start positions of the global batch of training step `step`: a pure function of (seed, step), so runs of
+    different families with the same seed see the same data in the same order, a resumed run sees exactly the
+    batches it would have seen, and DDP ranks slice the very batch one process would draw."""
+    rng = np.random.default_rng([seed, step])
+    return rng.integers(0, n_tokens - T, size=n_rows)
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# the model and its optimizer
 
 def build_model(run):
     """The model, its optimizer and grad scaler, restored from the checkpoint when resuming; DDP joins the ranks
@@ -283,6 +223,76 @@ def build_model(run):
                         find_unused_parameters=unused, broadcast_buffers=False)
     return raw_model, model, ddp_model, optimizer, scaler
 
+
+# -----------------------------------------------------------------------------------------------------------------
+# the schedule and evaluation
+
+def get_lr(cfg, it, schedule_iters):
+    """Linear warmup, then over the iterations the run started with (schedule_iters):
+      cosine    decay from learning_rate to min_lr; beyond them (a run extended on resume), min_lr;
+      wsd       warmup-stable-decay (Hagele et al. 2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed
+                Training Durations"): learning_rate until cooldown_start, then linearly to min_lr. Until its
+                cooldown a run does not depend on its budget, so a long run's step cooldown_start(N) is the start of
+                every run of budget N: one stable run and a short branch per budget replace a run per budget;
+      constant  learning_rate (also decay_lr=False)."""
+    if it < cfg.warmup_iters:
+        return cfg.learning_rate * (it + 1) / (cfg.warmup_iters + 1)
+    if not cfg.decay_lr or cfg.lr_schedule == 'constant':
+        return cfg.learning_rate
+    if cfg.lr_schedule == 'wsd':
+        start = cooldown_start(cfg, schedule_iters)
+        if it < start:
+            return cfg.learning_rate
+        ratio = min(1.0, (it - start) / max(1, schedule_iters - start))
+        return cfg.learning_rate + ratio * (cfg.min_lr - cfg.learning_rate)
+    ratio = min(1.0, (it - cfg.warmup_iters) / max(1, schedule_iters - cfg.warmup_iters))
+    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.learning_rate - cfg.min_lr)
+
+
+
+@torch.no_grad()
+def evaluate(run, model, raw_model, routing):
+    """Mean losses and routing statistics over the fixed validation windows. Batches are dealt out to DDP ranks;
+    each batch is weighted by its rows, so the result does not depend on the world size. A rank with no batch runs
+    batch 0 with weight 0 (it must still join the all_reduce with the same keys)."""
+    raw_model.eval()                       # causal thresholds frozen, dropout off
+    data = open_split(run.folder, 'val')
+    B, T = run.cfg.batch_size, run.cfg.block_size
+    batches = [(i, run.starts[i:i + B]) for i in range(0, len(run.starts), B)]
+    mine = [(i, b, len(b)) for i, b in batches[run.rank::run.world_size]] or [(*batches[0], 0)]
+    keys, total = None, None
+    for i, b, weight in mine:
+        x, y = read_windows(data, b, T, run.dev)
+        raw_model.set_draw(row0=i)           # random routing: each window's draw is fixed by its place in the set
+        with run.ctx:
+            _, _, aux = model(x, y, routing=routing, return_aux=True)
+        values = {**aux['losses'], **xmod.routing_stats(raw_model, aux['layers'], routing)}
+        keys = keys or list(values)
+        vec = torch.stack([values[k].float() for k in keys]) * weight
+        total = vec if total is None else total + vec
+    if run.world_size > 1:
+        torch.distributed.all_reduce(total)
+    raw_model.train()
+    return dict(zip(keys, (total / len(run.starts)).tolist()))
+
+
+
+def eval_row(run, model, raw_model):
+    """val_loss (top-k routing) and val_loss_causal (causal routing: the honest one), as LM cross-entropy only;
+    then the top-k mode's auxiliary losses and routing statistics, and the causal mode's (named causal_*). A dense
+    model routes nothing, so its causal loss is its loss; the MoE is evaluated causally too (it then drops none)."""
+    topk = evaluate(run, model, raw_model, 'topk')
+    if run.mcfg.model == 'dense':
+        return {'val_loss': topk['lm'], 'val_loss_causal': topk['lm']}
+    causal = evaluate(run, model, raw_model, 'causal')
+    row = {'val_loss': topk.pop('lm'), 'val_loss_causal': causal['lm']}
+    row.update(topk)
+    row.update({k: v for k, v in causal.items() if k.startswith('causal_')})
+    return row
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# run.json, checkpoints, a loss that diverged
 
 def start_run(run, raw_model, iter_num):
     """Write run.json (and, on a resume, cut log.csv back to the checkpoint) and print what is about to happen.
@@ -339,28 +349,6 @@ def start_run(run, raw_model, iter_num):
     return info
 
 
-def diverged(run, what, value, iter_num, last_eval, advice=''):
-    """The error that stops a run whose loss became NaN or inf (exit code 3); its last good checkpoint stays, and
-    run.json records the step ("diverged"), so a sweep can tell a diverged rate from an unfinished run."""
-    info = getattr(run, 'info', None)
-    if run.master and info is not None:
-        info['diverged'] = {'step': iter_num, 'what': what}
-        run_folder.write_json(run.start.run_path, info)
-    return LossDiverged(f"the {what} is {value} at step {iter_num}: stopping. The last good checkpoint "
-                        f"({run.start.ckpt_path}, step {last_eval['step'] if last_eval else 'none'}) is kept{advice}")
-
-
-def train_loss_mean(run, total, n, iter_num, last_eval):
-    """The training loss summed in total over n steps, as a float averaged over DDP ranks (so every rank takes the
-    same decision); stop on NaN or inf."""
-    if run.ddp:
-        torch.distributed.all_reduce(total, op=torch.distributed.ReduceOp.AVG)
-    mean = total.item() / n
-    if not math.isfinite(mean):
-        raise diverged(run, 'training loss', mean, iter_num, last_eval,
-                       '; lower --learning_rate or raise --warmup_iters and resume with --init_from=resume')
-    return mean
-
 
 def checkpoint_state(run, raw_model, optimizer, scaler, iter_num, best_val_loss, last_eval, t0, train_sum=0.0,
                      train_steps=0):
@@ -379,12 +367,41 @@ def checkpoint_state(run, raw_model, optimizer, scaler, iter_num, best_val_loss,
             'branch_of': run.start.branch, 'train_loss_sum': train_sum, 'train_loss_steps': train_steps}
 
 
+
+def train_loss_mean(run, total, n, iter_num, last_eval):
+    """The training loss summed in total over n steps, as a float averaged over DDP ranks (so every rank takes the
+    same decision); stop on NaN or inf."""
+    if run.ddp:
+        torch.distributed.all_reduce(total, op=torch.distributed.ReduceOp.AVG)
+    mean = total.item() / n
+    if not math.isfinite(mean):
+        raise diverged(run, 'training loss', mean, iter_num, last_eval,
+                       '; lower --learning_rate or raise --warmup_iters and resume with --init_from=resume')
+    return mean
+
+
+
+def diverged(run, what, value, iter_num, last_eval, advice=''):
+    """The error that stops a run whose loss became NaN or inf (exit code 3); its last good checkpoint stays, and
+    run.json records the step ("diverged"), so a sweep can tell a diverged rate from an unfinished run."""
+    info = getattr(run, 'info', None)
+    if run.master and info is not None:
+        info['diverged'] = {'step': iter_num, 'what': what}
+        run_folder.write_json(run.start.run_path, info)
+    return LossDiverged(f"the {what} is {value} at step {iter_num}: stopping. The last good checkpoint "
+                        f"({run.start.ckpt_path}, step {last_eval['step'] if last_eval else 'none'}) is kept{advice}")
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# the loop
+
 def train(argv):
     lock = run_folder.RunLock()
     try:
         return train_run(argv, lock)
     finally:
         lock.release()               # the kernel would at exit; a caller's process (tests) may train again
+
 
 
 def train_run(argv, lock):
