@@ -406,7 +406,8 @@ def train(argv):
 
 def train_run(argv, lock):
     run = setup_run(argv, lock)
-    cfg, T = run.cfg, run.cfg.block_size
+    cfg, T, dev, master = run.cfg, run.cfg.block_size, run.dev, run.master
+    n_iters, tokens_per_iter, fpt = run.n_iters, run.tokens_per_iter, run.fpt
     raw_model, model, ddp_model, optimizer, scaler = build_model(run)
     # where training stands: step 0, or the checkpoint's (a resume, or the kept step a branch starts from)
     ckpt = run.start.checkpoint or {}
@@ -417,45 +418,45 @@ def train_run(argv, lock):
     # Step losses are summed on the device and brought to the host only every log_interval steps and at evals
     # (one sync each); train_loss is its own sum since the last eval, so log_interval cannot change its rounding.
     # A kept step between evaluations carries that sum (ckpt_S.pt), so a branch logs its parent's very train_loss.
-    window, window_steps = torch.zeros((), device=run.dev), 0
-    since_eval = torch.full((), ckpt.get('train_loss_sum', 0.0), device=run.dev)
+    window, window_steps = torch.zeros((), device=dev), 0
+    since_eval = torch.full((), ckpt.get('train_loss_sum', 0.0), device=dev)
     since_eval_steps = ckpt.get('train_loss_steps', 0)
     run.start.checkpoint = ckpt = None             # free the memory
     info = run.info = start_run(run, raw_model, iter_num)
     gas_local = cfg.gradient_accumulation_steps // run.world_size
-    bar = tqdm(total=run.n_iters, initial=iter_num, disable=True if not run.master else None, dynamic_ncols=True,
+    bar = tqdm(total=n_iters, initial=iter_num, disable=True if not master else None, dynamic_ncols=True,
                unit='it', leave=False)
     t0 = time.time() - elapsed
     resumed_at = iter_num if run.start.resume or run.start.branch else -1     # its evaluation is already logged
-    t_mark, tok_mark, t_eval_end = time.time(), iter_num * run.tokens_per_iter, time.time()
+    t_mark, tok_mark, t_eval_end = time.time(), iter_num * tokens_per_iter, time.time()
     share_cpu = run_folder.cpu_threads(run.device_type, cfg.threads)
     thread_note, said_since_eval = run_folder.ThreadNote(torch.get_num_threads(), time.time()), False
-    peak = configurator.peak_tflops(run.dev, run.dtype, cfg.peak_tflops)     # 0: no mfu (a CPU, an unknown GPU)
+    peak = configurator.peak_tflops(dev, run.dtype, cfg.peak_tflops)     # 0: no mfu (a CPU, an unknown GPU)
     trained = False                                # a training step done by this process: compiled evaluation
     while True:
         # evaluate, append a row to log.csv, then write the checkpoint (the row first: a kill in between loses the
         # row on resume, never the checkpoint's step)
-        if (iter_num % cfg.eval_interval == 0 or iter_num == run.n_iters) and iter_num != resumed_at:
+        if (iter_num % cfg.eval_interval == 0 or iter_num == n_iters) and iter_num != resumed_at:
             train_loss = (train_loss_mean(run, since_eval, since_eval_steps, iter_num, last_eval)
                           if since_eval_steps else '')
-            tokens_per_s = (round(since_eval_steps * run.tokens_per_iter / (time.time() - t_eval_end), 1)
+            tokens_per_s = (round(since_eval_steps * tokens_per_iter / (time.time() - t_eval_end), 1)
                             if since_eval_steps else '')
             # before this process's first training step, the eager model: the training graph compiles first, and
             # the evaluation graphs (causal routing's data-dependent sizes) only after a training figure is out
             ev = eval_row(run, model if trained else raw_model, raw_model)
             if not all(math.isfinite(v) for v in (ev['val_loss'], ev['val_loss_causal'])):
                 raise diverged(run, 'validation loss', ev['val_loss'], iter_num, last_eval)
-            tokens = iter_num * run.tokens_per_iter
+            tokens = iter_num * tokens_per_iter
             # model FLOPs utilisation per GPU: training FLOPs/s (3 x forward) over the peak of world_size GPUs
-            mfu = (round(3 * run.fpt * tokens_per_s / (peak * 1e12 * run.world_size), 4)
+            mfu = (round(3 * fpt * tokens_per_s / (peak * 1e12 * run.world_size), 4)
                    if peak and tokens_per_s != '' else '')
-            row = {'step': iter_num, 'tokens': tokens, 'flops': 3 * run.fpt * tokens,
+            row = {'step': iter_num, 'tokens': tokens, 'flops': 3 * fpt * tokens,
                    'lr': get_lr(cfg, iter_num, run.schedule_iters), 'elapsed_s': round(time.time() - t0, 3),
                    'tokens_per_s': tokens_per_s, 'mfu': mfu, 'train_loss': train_loss, **ev}
             best_val_loss = min(best_val_loss, ev['val_loss_causal'])
             last_eval = {k: row[k] for k in ('step', 'tokens', 'flops', 'val_loss', 'val_loss_causal')}
             state = checkpoint_state(run, raw_model, optimizer, scaler, iter_num, best_val_loss, last_eval, t0)
-            if run.master:
+            if master:
                 run_folder.append_log(run.start.log_path, row)
                 run_folder.save_checkpoint(state, run.start.ckpt_path)
                 train_txt = f"train {train_loss:.4f}, " if train_loss != '' else ''
@@ -471,9 +472,9 @@ def train_run(argv, lock):
                 torch.distributed.all_reduce(total, op=torch.distributed.ReduceOp.AVG)
             state = checkpoint_state(run, raw_model, optimizer, scaler, iter_num, best_val_loss, last_eval, t0,
                                      total.item(), since_eval_steps)
-            if run.master:
+            if master:
                 run_folder.save_checkpoint(state, os.path.join(cfg.out_dir, f'ckpt_{iter_num}.pt'))
-        if iter_num >= run.n_iters:
+        if iter_num >= n_iters:
             break
 
         # one optimizer step over gradient_accumulation_steps micro-batches of the global batch
@@ -482,10 +483,10 @@ def train_run(argv, lock):
             group['lr'] = lr
         rows = batch_starts(cfg.seed, iter_num, cfg.batch_size * cfg.gradient_accumulation_steps, run.n_train, T)
         data = open_split(run.folder, 'train')
-        step_loss, step_layers = torch.zeros((), device=run.dev), []
+        step_loss, step_layers = torch.zeros((), device=dev), []
         for micro in range(gas_local):
             first = (run.rank * gas_local + micro) * cfg.batch_size       # this rank's slice of the global batch
-            x, y = read_windows(data, rows[first:first + cfg.batch_size], T, run.dev)
+            x, y = read_windows(data, rows[first:first + cfg.batch_size], T, dev)
             raw_model.set_draw(cfg.seed, iter_num, row0=first)    # random routing's draw for these rows
             # DDP: all-reduce gradients only on the last micro-batch
             sync = ddp_model.no_sync() if run.ddp and micro < gas_local - 1 else nullcontext()
@@ -521,27 +522,27 @@ def train_run(argv, lock):
             window.zero_()
             window_steps = 0
             now = time.time()
-            tok_s = (iter_num * run.tokens_per_iter - tok_mark) / (now - t_mark)
+            tok_s = (iter_num * tokens_per_iter - tok_mark) / (now - t_mark)
             bar.set_postfix(loss=f"{mean:.4f}", tok_s=f"{tok_s:,.0f}")
-            t_mark, tok_mark = now, iter_num * run.tokens_per_iter
+            t_mark, tok_mark = now, iter_num * tokens_per_iter
         share_cpu()
         threads = thread_note(torch.get_num_threads(), time.time(), may_say=not said_since_eval)
-        if threads and run.master:
+        if threads and master:
             said_since_eval = True
             tqdm.write(f"step {iter_num:>6}: CPU threads -> {threads} (the cores other processes leave free; "
                        f"--threads=N fixes the count)")
-        if cfg.stop_iter and iter_num == cfg.stop_iter and iter_num < run.n_iters:
+        if cfg.stop_iter and iter_num == cfg.stop_iter and iter_num < n_iters:
             bar.close()
-            if run.master:
+            if master:
                 print(f"stopped after step {iter_num} (stop_iter), as if killed: the checkpoint is at step "
                       f"{last_eval['step'] if last_eval else 'none'}; continue with --init_from=resume")
             return 0
 
     bar.close()
-    if run.master:
+    if master:
         info.update(finished=True, final=last_eval)
         run_folder.write_json(run.start.run_path, info)
-        print(f"done: {run.n_iters:,} iters, {time.time() - t0:.0f}s; val_loss {last_eval['val_loss']:.4f}, "
+        print(f"done: {n_iters:,} iters, {time.time() - t0:.0f}s; val_loss {last_eval['val_loss']:.4f}, "
               f"val_loss_causal {last_eval['val_loss_causal']:.4f}; sample with: python sample.py "
               f"--out_dir={cfg.out_dir}")
     return 0
