@@ -4,15 +4,20 @@ file (a path, or a name under config/), then --key=value, each checked against i
 and a --help that lists each key with the comment beside its default (`configure`). Also the exit codes and the
 user-error type, `run_main`, which turns them into one line on stderr, and what --device and --dtype become.
 """
+import ast
 import builtins
 import contextlib
+import dataclasses
 import difflib
+import inspect
+import io
 import json
 import os
 import sys
 import time
 import tokenize
 import types
+import typing
 from ast import literal_eval
 
 import torch
@@ -90,32 +95,76 @@ def say(line):
 # ----------------------------------------------------------------------------------------------------------------------
 # The command line: defaults, then a config file, then --key=value
 
-def defaults_of(namespace):
-    """The module-level settings of a script: every public bool, int, float or str defined above this call."""
-    return {k: v for k, v in namespace.items() if not k.startswith('_') and type(v) in (bool, int, float, str)
-            and not k.isupper()}
+def defaults_of(namespace, model=None, skip=()):
+    """The module-level settings of a script: every public bool, int, float or str defined above this call. With
+    model (a dataclass: train.py's GPTConfig), each of its fields is a setting too, with the field's default (None
+    for a field typed Optional), except the fields in skip and those the script sets itself; they follow the last
+    of the script's settings that is one of its fields, so --help keeps the model's keys together."""
+    settings = {k: v for k, v in namespace.items() if not k.startswith('_') and type(v) in (bool, int, float, str)
+                and not k.isupper()}
+    if model is None:
+        return settings
+    fields = {f.name: f.default for f in dataclasses.fields(model) if f.name not in skip and f.name not in settings}
+    at = max((i + 1 for i, k in enumerate(settings) if k in {f.name for f in dataclasses.fields(model)}), default=0)
+    items = list(settings.items())
+    return dict(items[:at] + list(fields.items()) + items[at:])
 
 
-def key_comments(path):
-    """{key: the comment on the line where a module-level `key = default` is assigned}, for --help."""
+def read_settings(path):
+    """The module-level `key = literal` lines of a script, read from its text without running it (sweep.py reads
+    train.py's defaults so, and imports no script)."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    settings = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            with contextlib.suppress(ValueError, TypeError, SyntaxError):
+                settings[node.targets[0].id] = ast.literal_eval(node.value)
+    return settings
+
+
+def optional_types(model):
+    """{field: X} for a dataclass's fields typed Optional[X]: their default None says "the family's default", and
+    a value given for one is read as an X."""
+    hints = typing.get_type_hints(model) if model is not None else {}
+    return {k: next(a for a in typing.get_args(t) if a is not type(None)) for k, t in hints.items()
+            if typing.get_origin(t) is typing.Union and type(None) in typing.get_args(t)}
+
+
+def key_comments(source):
+    """{key: the comment on the line that sets its default, and on the comment lines indented below it}, for --help.
+    source: a script's path (its module-level `key = default` lines) or a dataclass (its `key: type = default`)."""
     comments = {}
-    with contextlib.suppress(OSError, tokenize.TokenError, SyntaxError):
-        with open(path, 'rb') as f:
-            tokens = list(tokenize.tokenize(f.readline))
-        for i, tok in enumerate(tokens):
-            if (tok.type == tokenize.NAME and tok.start[1] == 0 and i + 1 < len(tokens)
-                    and tokens[i + 1].string == '='):
-                line = tok.start[0]
-                for t in tokens[i + 2:]:
-                    if t.start[0] != line:
-                        break
-                    if t.type == tokenize.COMMENT:
-                        comments[tok.string] = t.string.lstrip('#').strip()
+    with contextlib.suppress(OSError, TypeError, tokenize.TokenError, SyntaxError):
+        if isinstance(source, type):
+            text, sign = inspect.getsource(source), ':'
+        else:
+            with open(source, encoding='utf-8') as f:
+                text, sign = f.read(), '='
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+        # a script's keys start column 0; a dataclass's fields start the first indent of its body
+        col = 0 if sign == '=' else next(t.end[1] for t in tokens if t.type == tokenize.INDENT)
+        first = {}                      # line -> its first token (comment lines included)
+        for i, t in enumerate(tokens):
+            if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+                first.setdefault(t.start[0], (i, t))
+        key = None
+        for line in sorted(first):
+            i, t = first[line]
+            if t.type == tokenize.NAME and t.start[1] == col and tokens[i + 1].string == sign:
+                note = next((u for u in tokens[i:] if u.start[0] == line and u.type == tokenize.COMMENT), None)
+                key = t.string if note else None
+                if note:
+                    comments[key] = note.string.lstrip('#').strip()
+            elif key and t.type == tokenize.COMMENT and t.start[1] > col:
+                comments[key] += ' ' + t.string.lstrip('#').strip()        # a comment continued below its line
+            else:
+                key = None
     return comments
 
 
-def usage(doc, defaults, source, files=True):
-    comments = key_comments(source) if source else {}
+def usage(doc, defaults, source, files=True, model=None):
+    comments = {**key_comments(model), **key_comments(source)} if source else {}
     width = max(len(f"--{k}={v!r}") for k, v in defaults.items()) if defaults else 0
     how = '; a config file as a bare argument sets them too' if files else ''
     lines = [doc.strip(), '', f'options (--key=value{how}):']
@@ -124,11 +173,14 @@ def usage(doc, defaults, source, files=True):
     return '\n'.join(lines)
 
 
-def coerce(value, default, shown, cli):
+def coerce(value, default, shown, cli, want=None):
     """value (a string from the command line when cli, else a Python object from a config file) as the default's
-    type. int is accepted for float keys and an integral float (1e6) for int keys; bools are True/False/true/false/
-    1/0 on the command line, True/False in a config file."""
-    want = type(default)
+    type (want: the type of a key whose default is None, which None, or on the command line None or nothing, keeps).
+    int is accepted for float keys and an integral float (1e6) for int keys; bools are True/False/true/false/1/0 on
+    the command line, True/False in a config file."""
+    if default is None and (value is None or cli and value.strip() in ('', 'None')):
+        return None
+    want = want or type(default)
     if want is str:
         if isinstance(value, str):
             return value
@@ -149,7 +201,8 @@ def coerce(value, default, shown, cli):
                 return int(v)
         elif type(v) in (int, float):
             return float(v)
-    raise UserError(f"{shown}: expected {want.__name__} (like the default {default!r})")
+    like = 'or None, the default' if default is None else f'like the default {default!r}'
+    raise UserError(f"{shown}: expected {want.__name__} ({like})")
 
 
 def unknown_key(key, defaults, where):
@@ -167,16 +220,19 @@ def find_config_file(name, config_dir):
 
 
 def configure(argv, defaults, doc='', source=None, config_dir=os.path.join(ROOT, 'config'), files=True,
-              positional=None, from_file=None):
+              positional=None, from_file=None, model=None):
     """argv -> (config namespace, set of keys given explicitly by a config file or the command line).
-    -h/--help prints doc and every key with its default and the comment beside it in `source`, then exits 0.
-    A bare argument is a config file (files=True), or is appended to the list `positional` when one is given.
-    The set `from_file`, when given, gets the keys whose value a config file set (and no later --key=value)."""
+    -h/--help prints doc and every key with its default and the comment beside it in `source` (or, for the fields
+    of the dataclass `model` that defaults_of added, in its class), then exits 0. A key whose default is None takes
+    its type from model's annotation (Optional[X]). A bare argument is a config file (files=True), or is appended to
+    the list `positional` when one is given. The set `from_file`, when given, gets the keys whose value a config
+    file set (and no later --key=value)."""
     from_file = set() if from_file is None else from_file
+    wants = optional_types(model)
     cfg, explicit = dict(defaults), set()
     for arg in argv:
         if arg in ('-h', '--help'):
-            print_for_a_reader(usage(doc, defaults, source, files and positional is None))
+            print_for_a_reader(usage(doc, defaults, source, files and positional is None, model))
             sys.exit(EXIT_OK)
         if not arg.startswith('--'):
             if positional is not None:
@@ -196,7 +252,7 @@ def configure(argv, defaults, doc='', source=None, config_dir=os.path.join(ROOT,
                     continue          # imports and helpers a config file may use
                 if k not in defaults:
                     raise unknown_key(k, defaults, f"in config file {path}")
-                cfg[k] = coerce(v, defaults[k], f"{k} = {v!r} in {path}", cli=False)
+                cfg[k] = coerce(v, defaults[k], f"{k} = {v!r} in {path}", cli=False, want=wants.get(k))
                 explicit.add(k)
                 from_file.add(k)
         else:
@@ -207,7 +263,7 @@ def configure(argv, defaults, doc='', source=None, config_dir=os.path.join(ROOT,
                 if type(defaults[key]) is not bool:
                     raise UserError(f"{arg}: overrides are --key=value")
                 value = 'True'                              # a bare --flag turns a bool on
-            cfg[key] = coerce(value, defaults[key], arg, cli=True)
+            cfg[key] = coerce(value, defaults[key], arg, cli=True, want=wants.get(key))
             explicit.add(key)
             from_file.discard(key)
     return types.SimpleNamespace(**cfg), explicit

@@ -226,18 +226,17 @@ def collapsed_pairs(overlap, routing='causal', above=0.5):
 def load_run_model(run_dir):
     """(model, x, y, ckpt): the GPT of a run folder's ckpt.pt and the fixed validation windows its run evaluated on
     (its eval_tokens), x (B, T) and its targets y (B, T)."""
-    from run_folder import clean_state_dict, load_checkpoint
+    from run_folder import clean_state_dict, eval_starts, load_checkpoint, open_split, read_windows
     from xmod import GPT, GPTConfig
-    import train
     ckpt = load_checkpoint(os.path.join(run_dir, 'ckpt.pt'))
     model = GPT(GPTConfig(**ckpt['model_args']))
     model.load_state_dict(clean_state_dict(ckpt['model']))
     cfg = ckpt['config']
     folder = cfg.get('data_dir') or os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', cfg['dataset'])
-    data = train.open_split(folder, 'val')
+    data = open_split(folder, 'val')
     T = model.config.block_size
-    starts = train.eval_starts(len(data), T, cfg.get('eval_tokens') or 0)
-    x, y = train.read_windows(data, starts, T, 'cpu')
+    starts = eval_starts(len(data), T, cfg.get('eval_tokens') or 0)
+    x, y = read_windows(data, starts, T, 'cpu')
     return model, x, y, ckpt
 
 

@@ -2,14 +2,19 @@
 run_folder.py: the run folder's machinery, which a reader of train.py does not need to see.
 
   - run.json, log.csv (its first columns, LOG_COLUMNS, are a contract fit_law.py reads) and ckpt.pt, every write
-    atomic; a new run's claim on its folder; truncating the log on resume; one trainer per folder (RunLock)
+    atomic; truncating the log on resume; one trainer per folder (RunLock)
+  - how a run starts (open_run, one call: scratch, resume, auto, a branch from a kept step, the lock, --overwrite),
+    and its claim on the folder once every check has passed (Start.claim)
   - every random generator's state, for an exact resume; the git commit; on a CPU, the thread count that other
     busy processes leave (`CPUThreads`, train.py's --threads=0)
-  - train.py's input checks (check_config), the merge of a checkpoint's config with a resume's command line
-    (resume_config), and finding (or preparing) a dataset (find_data)
+  - a run's plan from its config alone (model_config, sizes: FLOP matching, the budget; the fixed validation windows),
+    which sweep.py and routing_plot.py read too: no script imports train.py
+  - train.py's keys (train_defaults: its settings and GPTConfig's fields), its input checks (check_config), the merge
+    of a checkpoint's config with a resume's command line (resume_config), and finding (or preparing) a dataset
 """
 import contextlib
 import csv
+import dataclasses
 import difflib
 import fcntl
 import glob
@@ -19,6 +24,7 @@ import os
 import pickle
 import random
 import subprocess
+import sys
 import tempfile
 import time
 import types
@@ -27,7 +33,7 @@ import numpy as np
 import torch
 
 import xmod
-from configurator import UserError, check_dtype, one_line
+from configurator import UserError, check_dtype, configure, defaults_of, one_line, read_settings
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -297,6 +303,113 @@ def git_commit():
 
 
 # ----------------------------------------------------------------------------------------------------------------------
+# A run's plan, from its config alone: the model (FLOP matching), the budget, the fixed validation windows. train.py
+# trains it; sweep.py adds up its FLOPs (--dry_run) and routing_plot.py reads its windows without starting a run
+
+def model_keys(cfg):
+    """{field: value} of the train config's keys that are GPTConfig's fields (all but vocab_size, the data's)."""
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(xmod.GPTConfig) if f.name != 'vocab_size'}
+
+
+def model_config(cfg, vocab_size):
+    """The run's GPTConfig from the train config: dense/moe at n_layer (0 = dense_layers); mod/xmod FLOP-matched to
+    the dense baseline of depth dense_layers (xmod.match_flops), or as given with match_flops=False. A mod/xmod
+    config that routes every token is a dense model in disguise: refused when FLOP matching led there."""
+    args = model_keys(cfg)
+    del args['model'], args['n_layer']
+    # the family's defaults (None) are resolved once the family is known: after FLOP matching, which works on the
+    # dense partner (a dense model's defaults)
+    family = {f.name: args.pop(f.name) for f in dataclasses.fields(xmod.GPTConfig) if f.default is None}
+    try:
+        if cfg.model in ('mod', 'xmod') and cfg.match_flops:
+            dense = xmod.GPTConfig(model='dense', n_layer=cfg.dense_layers, vocab_size=vocab_size, **args)
+            mcfg = dataclasses.replace(xmod.match_flops(dense, cfg.model, stride=cfg.stride,
+                                                        n_layer=cfg.n_layer or None, capacity=cfg.capacity), **family)
+        else:
+            mcfg = xmod.GPTConfig(model=cfg.model, n_layer=cfg.n_layer or cfg.dense_layers, vocab_size=vocab_size,
+                                  **args, **family)
+    except ValueError as e:
+        raise UserError(one_line(e)) from None
+    routes_all = ('routed' in xmod.layer_kinds(mcfg) and
+                  xmod.capacity_k(mcfg.capacity, cfg.block_size) == cfg.block_size)
+    if routes_all and cfg.match_flops:
+        raise UserError(f"--model={cfg.model} with n_layer={mcfg.n_layer} FLOP-matches to capacity 1.0: every "
+                        f"routed layer would take every token (rho = 1), which is not a sparse model. n_layer is "
+                        f"the sparse model's total depth; leave it at 0 (--n_layer=0) to let FLOP matching choose "
+                        f"it, or set the dense partner's depth with --dense_layers")
+    if routes_all:
+        print(f"train.py: WARNING: capacity {mcfg.capacity} routes every token: the routed layers are dense ones "
+              f"with a gate, not a sparse model", file=sys.stderr)
+    return mcfg
+
+
+def explain_n_layer(cfg):
+    """A config file's n_layer, written for a dense model, means another thing to a FLOP-matched sparse run: say so."""
+    if cfg.model in ('mod', 'xmod') and cfg.match_flops and cfg.n_layer:
+        print(f"note: n_layer={cfg.n_layer} (from the config file) is the {cfg.model} model's own depth, FLOP-matched "
+              f"to a dense model of dense_layers={cfg.dense_layers} layers; to match a {cfg.n_layer}-layer dense "
+              f"model, run with --dense_layers={cfg.n_layer} --n_layer=0 (FLOP matching then picks the depth)")
+
+
+def sizes(cfg, meta):
+    """(model config, tokens per iteration, forward FLOPs per token, iterations) of a run's config on a dataset
+    with this meta.pkl: what run.json records, and what sweep.py --dry_run adds up without starting a run."""
+    vocab_size = meta['vocab_size']
+    if meta.get('tokenizer') == 'gpt2':
+        vocab_size = -(-vocab_size // 64) * 64     # 50257 -> 50304: a multiple of 64 is faster, the rest unused
+    mcfg = model_config(cfg, vocab_size)
+    tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * cfg.block_size
+    fpt = xmod.flops_per_token(mcfg, cfg.block_size, cfg.batch_size)
+    return mcfg, tokens_per_iter, fpt, resolve_iters(cfg, fpt, tokens_per_iter)
+
+
+def resolve_iters(cfg, fpt, tokens_per_iter):
+    """The budget as a number of iterations: max_flops, else max_tokens, else max_iters (the closest count).
+    A FLOP-matched pair should use max_tokens: both then see the same tokens (max_flops gives each its own)."""
+    if cfg.max_flops > 0:
+        return max(1, round(cfg.max_flops / (3 * fpt * tokens_per_iter)))
+    if cfg.max_tokens > 0:
+        return max(1, round(cfg.max_tokens / tokens_per_iter))
+    return cfg.max_iters
+
+
+def cooldown_start(cfg, schedule_iters):
+    """wsd: the step where the linear decay to min_lr begins, the last cooldown_frac of the budget (rounded)."""
+    return schedule_iters - round(cfg.cooldown_frac * schedule_iters)
+
+
+def open_split(folder, split):
+    # a fresh memmap per use, as nanoGPT does: a long-lived one keeps pages resident and grows memory
+    return np.memmap(os.path.join(folder, f'{split}.bin'), dtype=np.uint16, mode='r')
+
+
+def read_windows(data, starts, T, device):
+    """x, y (len(starts), T) int64: windows of T+1 tokens, y shifted by one."""
+    w = torch.from_numpy(np.stack([data[i:i + T + 1].astype(np.int64) for i in starts]))
+    x, y = w[:, :-1], w[:, 1:]
+    if device.startswith('cuda'):
+        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    return x.to(device), y.to(device)
+
+
+def eval_starts(n_tokens, T, tokens, batch_size=1):
+    """The fixed validation set: evenly spaced windows of T+1 tokens over the split, from its start to its end.
+    tokens=0: the whole split (as many non-overlapping windows as fit). The same for every run and every eval, so
+    two runs' losses differ only by the models, not by which batches an evaluation happened to draw. The count is
+    rounded down to whole batches of batch_size (the remainder dropped; one smaller batch when fewer windows than
+    that fit): a smaller last batch would recompile a compiled model, under DDP while the other ranks wait."""
+    last = n_tokens - T - 1                       # the last valid start
+    count = last // T + 1
+    if tokens:
+        count = max(1, min(count, tokens // T))
+    if count >= batch_size:
+        count -= count % batch_size
+    if count == 1:
+        return [0]
+    return [round(i * last / (count - 1)) for i in range(count)]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
 # On a CPU: the threads that other processes leave
 
 def threads_left(cpus, others, most):
@@ -384,6 +497,20 @@ def cpu_threads(device_type, threads):
 # ----------------------------------------------------------------------------------------------------------------------
 # train.py's checks, resume merge and dataset discovery
 
+TRAIN_PY = os.path.join(ROOT, 'train.py')
+
+
+def train_defaults(settings=None):
+    """train.py's keys and their defaults: its module-level settings (read from its text when not given, so that
+    sweep.py and the sweeps' files import no script), then every field of GPTConfig but vocab_size (the data's)."""
+    return defaults_of(read_settings(TRAIN_PY) if settings is None else settings, xmod.GPTConfig, skip=('vocab_size',))
+
+
+def train_config(argv):
+    """(cfg, explicit keys) of a train.py command line (config files and --key=value), as train.py reads it."""
+    return configure(argv, train_defaults(), model=xmod.GPTConfig)
+
+
 # Keys that describe this invocation, not the run: a resume takes them from the command line (or their defaults),
 # and every other key from the checkpoint unless the command line sets it.
 SESSION_KEYS = ('out_dir', 'init_from', 'overwrite', 'stop_iter', 'log_interval', 'device', 'dtype', 'compile',
@@ -393,7 +520,8 @@ LR_SCHEDULES = ('cosine', 'wsd', 'constant')
 
 
 def check_config(cfg, world_size, explicit):
-    """Ranges and combinations that no later step would report clearly."""
+    """Ranges and combinations that no later step would report clearly. The model's keys (GPTConfig's fields) are
+    checked by GPTConfig itself, here and again when model_config builds the run's model."""
     def need(ok, msg):
         if not ok:
             raise UserError(msg)
@@ -404,12 +532,10 @@ def check_config(cfg, world_size, explicit):
     need(0 <= cfg.cooldown_frac <= 1, f"--cooldown_frac={cfg.cooldown_frac}: expected a fraction in [0, 1]")
     need(all(x.strip().isdigit() for x in cfg.save_steps.split(',')) if cfg.save_steps.strip() else True,
          f"--save_steps={cfg.save_steps!r}: expected comma-separated step numbers, e.g. --save_steps=400,800")
-    need(cfg.model in xmod.MODELS, f"--model={cfg.model!r}: expected {' | '.join(xmod.MODELS)}")
-    for k in ('batch_size', 'block_size', 'gradient_accumulation_steps', 'eval_interval', 'log_interval',
-              'dense_layers', 'n_head', 'n_embd', 'stride'):
+    for k in ('batch_size', 'gradient_accumulation_steps', 'eval_interval', 'log_interval', 'dense_layers'):
         need(getattr(cfg, k) >= 1, f"--{k}={getattr(cfg, k)}: expected an integer >= 1")
-    for k in ('n_layer', 'eval_tokens', 'eval_iters', 'stop_iter', 'expert_hidden', 'max_iters', 'max_tokens',
-              'max_flops', 'warmup_iters', 'min_lr', 'weight_decay', 'grad_clip', 'seed'):
+    for k in ('n_layer', 'eval_tokens', 'eval_iters', 'stop_iter', 'max_iters', 'max_tokens', 'max_flops',
+              'warmup_iters', 'min_lr', 'weight_decay', 'grad_clip', 'seed'):
         need(getattr(cfg, k) >= 0, f"--{k}={getattr(cfg, k)}: expected a number >= 0")
     need(cfg.max_iters > 0 or cfg.max_tokens > 0 or cfg.max_flops > 0,
          "no budget: set one of --max_iters, --max_tokens or --max_flops to a number > 0")
@@ -418,6 +544,10 @@ def check_config(cfg, world_size, explicit):
          f"--learning_rate={cfg.learning_rate:g} is below --min_lr={cfg.min_lr:g}: the decay would rise "
          f"{cfg.min_lr / cfg.learning_rate:.3g}x; set --min_lr too (about learning_rate/10)")
     need(0 <= cfg.beta1 < 1 and 0 <= cfg.beta2 < 1, "--beta1 and --beta2: expected numbers in [0, 1)")
+    try:       # the model's keys, as GPTConfig checks them, before the data is looked for (or prepared)
+        xmod.GPTConfig(**dict(model_keys(cfg), n_layer=cfg.n_layer or cfg.dense_layers))
+    except ValueError as e:
+        raise UserError(one_line(e)) from None
     need(cfg.threads >= 0, f"--threads={cfg.threads}: expected 0 (auto) or a number of CPU threads >= 1")
     check_dtype(cfg.dtype)
     need(cfg.gradient_accumulation_steps % world_size == 0,
@@ -428,7 +558,7 @@ def check_config(cfg, world_size, explicit):
          f"for an anchor every {cfg.stride} layers use --model=xmod --stride={cfg.stride}")
 
 
-# What fixes a run's evaluation set (train.eval_starts): the data, the window length, and how many windows
+# What fixes a run's evaluation set (eval_starts): the data, the window length, and how many windows
 # (eval_tokens, or eval_iters batches of batch_size rows). A resume keeps them: log.csv's losses are comparable
 # from row to row only over one set.
 EVAL_SET_KEYS = ('dataset', 'data_dir', 'block_size', 'eval_tokens', 'eval_iters', 'batch_size')
@@ -454,13 +584,123 @@ def check_eval_set(saved, cfg, defaults):
                     f"--out_dir")
 
 
+# How train.py said "the family's default" before it took the model's keys from GPTConfig (whose None says it):
+# a command line or a checkpoint's config that still says so means None.
+OLD_FAMILY_DEFAULTS = {'gate': '', 'router_bce': '', 'expert_hidden': 0, 'balance': -1.0}
+
+
+def family_defaults(values):
+    """{key: None} for each key of the dict values that holds its OLD_FAMILY_DEFAULTS value."""
+    return {k: None for k, old in OLD_FAMILY_DEFAULTS.items() if k in values and values[k] == old}
+
+
 def resume_config(saved, cfg, explicit, defaults):
     """The config of a resumed run: the checkpoint's, with this invocation's session keys and explicit overrides."""
     merged = dict(defaults)
     merged.update({k: v for k, v in saved.items() if k in defaults})
+    merged.update(family_defaults(saved))
     for k in set(SESSION_KEYS) | explicit:
         merged[k] = getattr(cfg, k)
     return types.SimpleNamespace(**merged)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Starting a run: from scratch, resuming, or branching from a kept step; the folder's lock; --overwrite
+
+@dataclasses.dataclass
+class Start:
+    """How a run starts in cfg.out_dir (open_run decides it; nothing is written until claim)."""
+    cfg: types.SimpleNamespace      # the run's config: the command line's, or its checkpoint's (resume, branch)
+    resume: bool = False            # continue the checkpoint in out_dir
+    checkpoint: dict = None         # what it continues or branches from; None: from scratch
+    branch: dict = None             # a branch's {'checkpoint': PATH/ckpt_S.pt, 'step': S}, in its resumes too
+    lock: RunLock = None            # rank 0's lock on out_dir; None on the other ranks (they write nothing)
+
+    @property
+    def ckpt_path(self):
+        return os.path.join(self.cfg.out_dir, 'ckpt.pt')
+
+    @property
+    def log_path(self):
+        return os.path.join(self.cfg.out_dir, 'log.csv')
+
+    @property
+    def run_path(self):
+        return os.path.join(self.cfg.out_dir, 'run.json')
+
+    def schedule_iters(self, mcfg, n_iters):
+        """The length of the learning-rate schedule (the budget a run started with), once the model and the budget
+        are known: a resume keeps its checkpoint's and must build the checkpoint's model; a branch is a new run with
+        its own, and must have steps left to train."""
+        ckpt = self.checkpoint
+        if ckpt is not None and dataclasses.asdict(mcfg) != ckpt['model_args']:
+            diff = [f"{k}={ckpt['model_args'].get(k)!r} (now {v!r})" for k, v in dataclasses.asdict(mcfg).items()
+                    if ckpt['model_args'].get(k) != v]
+            raise UserError(f"the checkpoint's model differs from this config: {', '.join(diff)}; resume with the "
+                            f"run's own settings")
+        if self.branch is not None and not self.resume and self.branch['step'] >= n_iters:
+            raise UserError(f"--init_from={self.cfg.init_from} is step {self.branch['step']:,}, and this run's budget "
+                            f"is {n_iters:,} steps: nothing left to train (give a larger --max_tokens or --max_iters)")
+        return n_iters if not self.resume else ckpt.get('schedule_iters', ckpt['n_iters'])
+
+    def claim(self, info, step):
+        """Rank 0, once every check has passed: take the folder and write run.json (info). A resume cuts log.csv back
+        to its checkpoint's step; a new run clears the run it replaces (--overwrite, or one never checkpointed)."""
+        out_dir = self.cfg.out_dir
+        os.makedirs(out_dir, exist_ok=True)
+        if self.lock.fd is None:     # no trainer had written here: the lock file is made now, before the first write
+            self.lock.take(out_dir, create=True)
+            if not self.resume:      # a trainer that took it in between has written a run by now: look again
+                check_new_run(out_dir, self.cfg.overwrite, say=False)
+        self.lock.write_pid()
+        if self.resume:
+            torn = truncate_log(self.log_path, step)
+            if torn is not None:
+                print(f"note: dropped the last row of {self.log_path}, cut mid-line when the run stopped (it began "
+                      f"{torn[:30]!r}); training resumes at step {step} and logs the steps after it again")
+        else:
+            clear_run(out_dir)
+        write_json(self.run_path, info)
+
+
+def open_run(cfg, explicit, defaults, world_size, lock=None):
+    """How the run of this config starts, decided before anything is written (bad input raises UserError with the
+    folder as it was). lock: rank 0's RunLock, taken here when a trainer has written in out_dir before (it is made
+    by claim otherwise); None for the other ranks, and for a caller that only wants the decision.
+      scratch  a new run; refused when out_dir holds one, unless --overwrite or it never reached a checkpoint
+      resume   the checkpoint in out_dir, with its config (this command line's session keys and overrides on top)
+      auto     resume when out_dir has a checkpoint, else scratch
+      PATH/ckpt_S.pt  a branch: a new run in its own out_dir from that kept step, with its own budget; a branch whose
+               out_dir already holds its checkpoint continues it, like auto (sweep.py reruns its commands)"""
+    vars(cfg).update(family_defaults(vars(cfg)))
+    check_config(cfg, world_size, explicit)
+    if lock is not None:
+        lock.take(cfg.out_dir, create=False)
+    ckpt_path = os.path.join(cfg.out_dir, 'ckpt.pt')
+    branch_from = cfg.init_from if cfg.init_from.endswith('.pt') else None
+    own = load_checkpoint(ckpt_path) if branch_from and os.path.exists(ckpt_path) else None
+    resume = (cfg.init_from == 'resume' or (cfg.init_from == 'auto' and os.path.exists(ckpt_path)) or
+              (own is not None and (own.get('branch_of') or {}).get('checkpoint') == branch_from and
+               not cfg.overwrite))
+    if resume:
+        checkpoint = own or load_checkpoint(ckpt_path)
+        cfg = resume_config(checkpoint['config'], cfg, explicit, defaults)
+        check_config(cfg, world_size, explicit)         # again: a resumed config comes from the checkpoint
+        check_eval_set(checkpoint['config'], cfg, defaults)
+        return Start(cfg, True, checkpoint, checkpoint.get('branch_of'), lock)
+    checkpoint, branch = None, None
+    if branch_from:
+        if os.path.realpath(os.path.dirname(branch_from) or '.') == os.path.realpath(cfg.out_dir):
+            raise UserError(f"--init_from={branch_from}: a branch needs its own --out_dir (this one holds the run it "
+                            f"branches from)")
+        checkpoint = load_checkpoint(branch_from, missing='keep that step with --save_steps in the run it comes from')
+        cfg = resume_config(checkpoint['config'], cfg, explicit, defaults)
+        if 'save_steps' not in explicit:
+            cfg.save_steps = ''                          # the parent's branch points are not the branch's
+        check_config(cfg, world_size, explicit)
+        branch = {'checkpoint': branch_from, 'step': checkpoint['step']}
+    check_new_run(cfg.out_dir, cfg.overwrite)
+    return Start(cfg, False, checkpoint, branch, lock)
 
 
 def find_data(cfg, ddp):

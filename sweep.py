@@ -42,9 +42,8 @@ from tqdm import tqdm
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import train  # noqa: E402
 from configurator import UserError, configure, defaults_of, run_main  # noqa: E402
-from run_folder import log_rows, run_state, running_elsewhere  # noqa: E402
+from run_folder import log_rows, run_state, running_elsewhere, sizes, train_config  # noqa: E402
 
 # -----------------------------------------------------------------------------------------------------------------
 jobs = 0              # runs at a time (0 = the sweep file's `jobs`)
@@ -82,16 +81,16 @@ def command(run, common, out_dir, python=sys.executable, script=os.path.join(HER
 
 def run_flops(run, common, out_dir):
     """(training FLOPs of the run's whole budget, FLOPs still to train) as train.py counts them, from the config
-    alone (train.sizes); None when its dataset's meta.pkl is not there to give the vocabulary."""
+    alone (run_folder.sizes); None when its dataset's meta.pkl is not there to give the vocabulary."""
     args = command(run, common, out_dir)[2:]
-    cfg, _ = configure([a for a in args if not a.startswith('--init_from=')], train.DEFAULTS)
+    cfg, _ = train_config([a for a in args if not a.startswith('--init_from=')])
     folder = cfg.data_dir or os.path.join(HERE, 'data', cfg.dataset)
     try:
         with open(os.path.join(folder, 'meta.pkl'), 'rb') as f:
             meta = __import__('pickle').load(f)
     except OSError:
         return None
-    _, tokens_per_iter, fpt, n_iters = train.sizes(cfg, meta)
+    _, tokens_per_iter, fpt, n_iters = sizes(cfg, meta)
     _, rows = log_rows(os.path.join(out_dir, 'log.csv'))
     done = int(rows[-1][0]) if rows else 0                      # the last logged step: where a resume starts
     branch = run.get('init_from', '')

@@ -18,6 +18,9 @@ ckpt.pt (atomic, at every evaluation), ckpt_S.pt (a kept copy of step S, --save_
 exactly where a run stopped. The learning-rate schedule is fixed when a run starts: resuming with a larger budget
 extends it at min_lr. --init_from=PATH/ckpt_S.pt branches a new run (its own out_dir, budget and schedule) from a
 kept step: one long warmup-stable-decay run gives every shorter budget by branching at that budget's cooldown.
+Read it top to bottom, as nanoGPT's: the settings; the config and how the run starts (scratch, resume or a branch,
+decided by run_folder.open_run); the data; the model and its optimizer; the schedule and evaluation; run.json and
+checkpoints; the loop (train_run). What other scripts need of a run (its keys, its plan) is in run_folder.py.
 Exit codes: 0 done (or stopped by stop_iter); 2 bad input (one line on stderr, nothing on disk touched);
 3 the loss became NaN or inf (the last good checkpoint is kept); 130 interrupted.
 """
@@ -27,8 +30,9 @@ import random
 import sys
 import time
 import types
+import warnings
 from contextlib import nullcontext
-from dataclasses import asdict, replace
+from dataclasses import asdict
 
 import numpy as np
 import torch
@@ -38,8 +42,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # xmod.py, conf
 import run_folder                     # checkpoints, log.csv, run.json; the checks of a config, finding the data
 import xmod
 import configurator                   # configurator.peak_tflops: the name peak_tflops is a key here
-from configurator import (LossDiverged, UserError, autocast, configure, cpu_lacks_matrix_instructions, defaults_of,
-                          one_line, pick_device, run_main)
+from configurator import (LossDiverged, UserError, autocast, configure, cpu_lacks_matrix_instructions, one_line,
+                          pick_device, run_main)
+from run_folder import cooldown_start, eval_starts, open_split, read_windows, sizes   # the run's plan and data
 from xmod import GPT, GPTConfig
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -62,32 +67,12 @@ data_dir = ''               # a folder with those three files instead (tests, cu
 gradient_accumulation_steps = 1   # global: each of world_size DDP ranks runs gradient_accumulation_steps/world_size
 batch_size = 16             # micro-batch size (rows per forward)
 block_size = 128            # context length T
-# model
+# model: every field of xmod.GPTConfig is a key too (--n_head, --stride, --capacity, --gate, ...), with the default
+# and the comment it has there (--help lists them after n_layer); None = the family's default. train.py's own:
 model = 'xmod'              # 'dense' | 'mod' | 'xmod' | 'moe'
-n_layer = 0                 # 0 = auto: dense/moe use dense_layers, mod/xmod solve it by FLOP matching
 dense_layers = 4            # depth of the dense baseline a sparse run is FLOP-matched to
 match_flops = True          # mod/xmod: solve capacity (and depth, when n_layer=0) to match the dense FLOPs/token
-n_head = 4                  # attention heads
-n_embd = 128                # width C
-dropout = 0.0               # dropout probability (0 for small data that is seen about once)
-bias = False                # biases in Linear layers
-impl = 'fast'               # 'fast' (batched gather/scatter, compiles) | 'naive' (loops and masks, for reading)
-stride = 4                  # xmod: a dense anchor every `stride` layers (1 = every layer: the dense model)
-capacity = 0.125            # fraction of a sequence's tokens a routed layer takes (the target when FLOP matching)
-gate = ''                   # 'variance' (X-MoD) | 'plain' (MoD) | '' = the family's default
-balance = -1.0              # depth-balance loss coefficient; 0 = off; < 0 = the family's default (xmod 0.1, mod 0)
-router = 'learned'          # 'learned' | 'random': the control, a random k tokens per routed layer (gate: its gain)
-router_bce = ''             # logits of the router's BCE: 'centred' (r - cut) | 'raw' (r, MoD's paper) | '' = family's
-resid_init = 'layers'       # residual projections' init 0.02/sqrt(2L): L = n_layer | 'active' (the depth a token passes)
-router_aux = GPTConfig.router_aux                 # weight of the router's BCE (learns to predict its top-k choice)
-router_momentum = GPTConfig.router_momentum       # EMA momentum of the causal threshold (0 = each step's quantile)
-router_zloss = GPTConfig.router_zloss             # ablation: weight of a penalty on the routers' mean squared score
-n_expert = 8                # moe: experts per layer
-expert_top_k = 2            # moe: experts per token
-expert_hidden = 0           # 0 = 4*n_embd/expert_top_k, so the active parameters match a dense MLP
-expert_capacity_factor = 1.25     # moe: slots per expert = factor * top_k * tokens / experts
-moe_aux = GPTConfig.moe_aux       # weight of the Switch load-balancing loss
-moe_zloss = GPTConfig.moe_zloss   # weight of the router z-loss
+n_layer = 0                 # 0 = auto: dense/moe use dense_layers, mod/xmod solve it by FLOP matching
 # budget: the first one that is set wins, in the order max_flops, max_tokens, max_iters; the cosine decays over it
 max_iters = 2000            # optimizer steps
 max_tokens = 0              # training tokens (the way to give a FLOP-matched pair the same data)
@@ -113,62 +98,66 @@ backend = ''                # DDP backend, '' = nccl on GPU, gloo on CPU
 threads = 0                 # CPU threads; 0 = the cores other processes leave free, looked at every 2 s (docs/speed.md)
 seed = 1337                 # initial weights, data order and dropout
 # -----------------------------------------------------------------------------------------------------------------
-DEFAULTS = defaults_of(globals())
+DEFAULTS = run_folder.train_defaults(globals())    # the settings above, then GPTConfig's fields
 
 
 # -----------------------------------------------------------------------------------------------------------------
-# the config: checks, the model's shape, resume
+# the config and how the run starts, processes, device, data, the model's shape and budget
 
-def model_config(cfg, vocab_size):
-    """The run's GPTConfig from the train config: dense/moe at n_layer (0 = dense_layers); mod/xmod FLOP-matched to
-    the dense baseline of depth dense_layers (xmod.match_flops), or as given with match_flops=False. A mod/xmod
-    config that routes every token is a dense model in disguise: refused when FLOP matching led there."""
-    args = dict(block_size=cfg.block_size, vocab_size=vocab_size, n_head=cfg.n_head, n_embd=cfg.n_embd,
-                dropout=cfg.dropout, bias=cfg.bias, impl=cfg.impl, stride=cfg.stride, capacity=cfg.capacity,
-                router=cfg.router, resid_init=cfg.resid_init, router_aux=cfg.router_aux, router_momentum=cfg.router_momentum,
-                router_zloss=cfg.router_zloss, n_expert=cfg.n_expert,
-                expert_top_k=cfg.expert_top_k, expert_hidden=cfg.expert_hidden or None,
-                expert_capacity_factor=cfg.expert_capacity_factor, moe_aux=cfg.moe_aux, moe_zloss=cfg.moe_zloss)
-    knobs = dict(gate=cfg.gate or None, balance=cfg.balance if cfg.balance >= 0 else None,   # None: family default
-                 router_bce=cfg.router_bce or None)
-    try:
-        if cfg.model in ('mod', 'xmod') and cfg.match_flops:
-            dense = GPTConfig(model='dense', n_layer=cfg.dense_layers, **args)
-            mcfg = replace(xmod.match_flops(dense, cfg.model, stride=cfg.stride, n_layer=cfg.n_layer or None,
-                                            capacity=cfg.capacity), **knobs)
-        else:
-            mcfg = GPTConfig(model=cfg.model, n_layer=cfg.n_layer or cfg.dense_layers, **args, **knobs)
-    except ValueError as e:
-        raise UserError(one_line(e)) from None
-    routes_all = ('routed' in xmod.layer_kinds(mcfg) and
-                  xmod.capacity_k(mcfg.capacity, cfg.block_size) == cfg.block_size)
-    if routes_all and cfg.match_flops:
-        raise UserError(f"--model={cfg.model} with n_layer={mcfg.n_layer} FLOP-matches to capacity 1.0: every "
-                        f"routed layer would take every token (rho = 1), which is not a sparse model. n_layer is "
-                        f"the sparse model's total depth; leave it at 0 (--n_layer=0) to let FLOP matching choose "
-                        f"it, or set the dense partner's depth with --dense_layers")
-    if routes_all:
-        print(f"train.py: WARNING: capacity {mcfg.capacity} routes every token: the routed layers are dense ones "
-              f"with a gate, not a sparse model", file=sys.stderr)
-    return mcfg
+def setup_run(argv, lock=None):
+    """Everything decided before anything is written: the config and how the run starts (run_folder.open_run:
+    scratch, resume, auto, a branch; the folder's lock, --overwrite), processes, device, data, model shape and
+    budget. Bad input raises UserError here, with nothing on disk touched. lock: the RunLock rank 0 takes (None: a
+    caller that only wants the resolved run, not to train it)."""
+    from_file = set()
+    cfg, explicit = configure(argv, DEFAULTS, doc=__doc__, source=__file__, from_file=from_file, model=GPTConfig)
+    ddp = int(os.environ.get('RANK', -1)) != -1
+    rank, local_rank, world_size = 0, 0, 1
+    if ddp:
+        rank, local_rank, world_size = (int(os.environ[k]) for k in ('RANK', 'LOCAL_RANK', 'WORLD_SIZE'))
+    # The key's default (1) is one process's. Under torchrun without it, each rank runs one micro-batch (the global
+    # batch grows with the ranks, as in plain data parallelism) instead of every documented torchrun line stopping
+    # on "not a multiple of the world size". A resume or branch takes the run's own value from its checkpoint.
+    follows_world = world_size > 1 and 'gradient_accumulation_steps' not in explicit
+    if follows_world:
+        cfg.gradient_accumulation_steps = world_size
+    start = run_folder.open_run(cfg, explicit, DEFAULTS, world_size, lock if rank == 0 else None)  # only rank 0 writes
+    cfg, checkpoint = start.cfg, start.checkpoint
+    dev = pick_device(cfg.device, local_rank if ddp else None)
+    device_type = dev.split(':')[0]
+    if cfg.cuda_graphs and (device_type != 'cuda' or not cfg.compile):
+        raise UserError(f"--cuda_graphs=True captures the compiled training step in CUDA graphs: it needs "
+                        f"--compile=True and a CUDA device (here {dev}{'' if cfg.compile else ', compile=False'})")
+    dtype, ctx = autocast(cfg.dtype, device_type, cuda_fallback='float16')
+    if dtype == 'float16' and device_type not in ('cuda', 'cpu'):
+        raise UserError(f"--dtype=float16 needs a CUDA device or the CPU (its grad scaler), not {device_type} "
+                        f"(use float32 or bfloat16)")
+
+    folder, meta = run_folder.find_data(cfg, ddp)
+    T = cfg.block_size
+    n_train, n_val = len(open_split(folder, 'train')), len(open_split(folder, 'val'))
+    for split, n in (('validation', n_val), ('training', n_train)):
+        if n < T + 1:
+            raise UserError(f"block_size={T} is larger than the {split} split ({n} tokens in {folder}): "
+                            f"lower --block_size")
+    if 'n_layer' in from_file and checkpoint is None and rank == 0:
+        run_folder.explain_n_layer(cfg)
+    mcfg, tokens_per_iter, fpt, n_iters = sizes(cfg, meta)
+    # the schedule's length is fixed when a run starts; a resumed run with a larger budget goes on at min_lr. A branch
+    # is a new run: its schedule follows its own budget
+    schedule_iters = start.schedule_iters(mcfg, n_iters)
+    starts = eval_starts(n_val, T, cfg.eval_iters * cfg.batch_size * T if cfg.eval_iters else cfg.eval_tokens,
+                         cfg.batch_size)
+    return types.SimpleNamespace(
+        cfg=cfg, start=start, gas_note=follows_world and checkpoint is None, ddp=ddp, rank=rank, local_rank=local_rank,
+        world_size=world_size, master=rank == 0, dev=dev, device_type=device_type, dtype=dtype, ctx=ctx, folder=folder,
+        meta=meta, n_train=n_train, n_val=n_val, mcfg=mcfg, tokens_per_iter=tokens_per_iter, fpt=fpt, n_iters=n_iters,
+        schedule_iters=schedule_iters, starts=starts,
+        save_steps={int(x) for x in cfg.save_steps.split(',') if x.strip()})
 
 
 # -----------------------------------------------------------------------------------------------------------------
-# data: batches are a pure function of (seed, step), the validation set is fixed
-
-def open_split(folder, split):
-    # a fresh memmap per use, as nanoGPT does: a long-lived one keeps pages resident and grows memory
-    return np.memmap(os.path.join(folder, f'{split}.bin'), dtype=np.uint16, mode='r')
-
-
-def read_windows(data, starts, T, device):
-    """x, y (len(starts), T) int64: windows of T+1 tokens, y shifted by one."""
-    w = torch.from_numpy(np.stack([data[i:i + T + 1].astype(np.int64) for i in starts]))
-    x, y = w[:, :-1], w[:, 1:]
-    if device.startswith('cuda'):
-        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
-    return x.to(device), y.to(device)
-
+# data: batches are a pure function of (seed, step); the validation set is fixed (run_folder.eval_starts)
 
 def batch_starts(seed, step, n_rows, n_tokens, T):
     """Start positions of the global batch of training step `step`: a pure function of (seed, step), so runs of
@@ -178,30 +167,65 @@ def batch_starts(seed, step, n_rows, n_tokens, T):
     return rng.integers(0, n_tokens - T, size=n_rows)
 
 
-def eval_starts(n_tokens, T, tokens, batch_size=1):
-    """The fixed validation set: evenly spaced windows of T+1 tokens over the split, from its start to its end.
-    tokens=0: the whole split (as many non-overlapping windows as fit). The same for every run and every eval, so
-    two runs' losses differ only by the models, not by which batches an evaluation happened to draw. The count is
-    rounded down to whole batches of batch_size (the remainder dropped; one smaller batch when fewer windows than
-    that fit): a smaller last batch would recompile a compiled model, under DDP while the other ranks wait."""
-    last = n_tokens - T - 1                       # the last valid start
-    count = last // T + 1
-    if tokens:
-        count = max(1, min(count, tokens // T))
-    if count >= batch_size:
-        count -= count % batch_size
-    if count == 1:
-        return [0]
-    return [round(i * last / (count - 1)) for i in range(count)]
+# -----------------------------------------------------------------------------------------------------------------
+# the model and its optimizer
+
+def build_model(run):
+    """The model, its optimizer and grad scaler, restored from the checkpoint when resuming; DDP joins the ranks
+    here, so all of them have passed the checks. Returns raw_model (the GPT), model (what evaluation calls:
+    compiled or not), ddp_model (what training calls: model, or with --cuda_graphs its own compile in CUDA graphs;
+    DDP-wrapped under DDP), optimizer and scaler."""
+    cfg, dev = run.cfg, run.dev
+    if run.ddp:
+        backend = cfg.backend or ('nccl' if run.device_type == 'cuda' else 'gloo')
+        if run.device_type == 'cuda':
+            torch.cuda.set_device(dev)          # before the process group, so nccl binds this rank's GPU
+        bound = {'device_id': torch.device(dev)} if backend == 'nccl' else {}
+        torch.distributed.init_process_group(backend=backend, **bound)
+    if run.device_type == 'cuda':
+        torch.set_float32_matmul_precision('high')    # TF32 matmuls for what autocast leaves in float32
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)                    # the initial weights: a pure function of the seed
+    raw_model = GPT(run.mcfg)
+    with warnings.catch_warnings():                # step 0's causal eval runs before any calibration, by design:
+        warnings.simplefilter('ignore')            # the model's one look for uncalibrated thresholds is spent here
+        raw_model.warn_if_uncalibrated()
+    torch.manual_seed(cfg.seed + run.rank)         # dropout: its own stream per rank
+    ckpt = run.start.checkpoint
+    if ckpt is not None:
+        try:
+            raw_model.load_state_dict(run_folder.clean_state_dict(ckpt['model']))
+        except RuntimeError as e:
+            raise UserError(f"{run.start.ckpt_path}: the weights do not fit the model: {one_line(e)}") from None
+    raw_model.to(dev)
+    scaler = torch.amp.GradScaler(run.device_type, enabled=run.dtype == 'float16')
+    optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
+                                               run.device_type)
+    if ckpt is not None:
+        optimizer.load_state_dict(ckpt['optimizer'])
+        if ckpt.get('scaler'):
+            scaler.load_state_dict(ckpt['scaler'])
+        run_folder.set_rng_state(ckpt['rng'][run.rank] if run.rank < len(ckpt['rng']) else ckpt['rng'][0])
+    if cfg.compile:   # causal routing reads its padded count k_max from the data: captured, it stays in the graph
+        torch._dynamo.config.capture_scalar_outputs = True
+    model = torch.compile(raw_model) if cfg.compile else raw_model
+    # --cuda_graphs: the training step (top-k routing, static shapes) replayed from CUDA graphs; evaluation keeps the
+    # default mode (causal routing's sizes come from the data)
+    ddp_model = torch.compile(raw_model, mode='reduce-overhead') if cfg.cuda_graphs else model
+    if run.ddp:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        # MoD's plain gate leaves Router.gain out of the graph: DDP must be told some parameters get no gradient.
+        # broadcast_buffers=False: the RoPE tables and causal thresholds are the same on every rank by construction
+        # (calibrate gathers every rank's scores), and random routing's draw is each rank's own (set_draw)
+        unused = run.mcfg.gate == 'plain' and 'routed' in xmod.layer_kinds(run.mcfg)
+        ddp_model = DDP(ddp_model, device_ids=[run.local_rank] if run.device_type == 'cuda' else None,
+                        find_unused_parameters=unused, broadcast_buffers=False)
+    return raw_model, model, ddp_model, optimizer, scaler
 
 
 # -----------------------------------------------------------------------------------------------------------------
-# schedule and evaluation
-
-def cooldown_start(cfg, schedule_iters):
-    """wsd: the step where the linear decay to min_lr begins, the last cooldown_frac of the budget (rounded)."""
-    return schedule_iters - round(cfg.cooldown_frac * schedule_iters)
-
+# the schedule and evaluation
 
 def get_lr(cfg, it, schedule_iters):
     """Linear warmup, then over the iterations the run started with (schedule_iters):
@@ -224,15 +248,6 @@ def get_lr(cfg, it, schedule_iters):
     ratio = min(1.0, (it - cfg.warmup_iters) / max(1, schedule_iters - cfg.warmup_iters))
     return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.learning_rate - cfg.min_lr)
 
-
-def resolve_iters(cfg, fpt, tokens_per_iter):
-    """The budget as a number of iterations: max_flops, else max_tokens, else max_iters (the closest count).
-    A FLOP-matched pair should use max_tokens: both then see the same tokens (max_flops gives each its own)."""
-    if cfg.max_flops > 0:
-        return max(1, round(cfg.max_flops / (3 * fpt * tokens_per_iter)))
-    if cfg.max_tokens > 0:
-        return max(1, round(cfg.max_tokens / tokens_per_iter))
-    return cfg.max_iters
 
 
 @torch.no_grad()
@@ -261,6 +276,7 @@ def evaluate(run, model, raw_model, routing):
     return dict(zip(keys, (total / len(run.starts)).tolist()))
 
 
+
 def eval_row(run, model, raw_model):
     """val_loss (top-k routing) and val_loss_causal (causal routing: the honest one), as LM cross-entropy only;
     then the top-k mode's auxiliary losses and routing statistics, and the causal mode's (named causal_*). A dense
@@ -276,168 +292,7 @@ def eval_row(run, model, raw_model):
 
 
 # -----------------------------------------------------------------------------------------------------------------
-# the run: set up, build the model, write run.json, train
-
-def setup_run(argv, lock=None):
-    """Everything decided before anything is written: the config (resumed or new), processes, device, data, model
-    shape and budget. Bad input raises UserError here, with nothing on disk touched. Rank 0 takes the folder's lock
-    (run_folder.RunLock) before it reads the folder, when a trainer has written there before; lock=None (a caller
-    that only wants the resolved run, not to train it) takes none."""
-    from_file = set()
-    cfg, explicit = configure(argv, DEFAULTS, doc=__doc__, source=__file__, from_file=from_file)
-    ddp = int(os.environ.get('RANK', -1)) != -1
-    rank, local_rank, world_size = 0, 0, 1
-    if ddp:
-        rank, local_rank, world_size = (int(os.environ[k]) for k in ('RANK', 'LOCAL_RANK', 'WORLD_SIZE'))
-    # The key's default (1) is one process's. Under torchrun without it, each rank runs one micro-batch (the global
-    # batch grows with the ranks, as in plain data parallelism) instead of every documented torchrun line stopping
-    # on "not a multiple of the world size". A resume or branch takes the run's own value from its checkpoint.
-    follows_world = world_size > 1 and 'gradient_accumulation_steps' not in explicit
-    if follows_world:
-        cfg.gradient_accumulation_steps = world_size
-    run_folder.check_config(cfg, world_size, explicit)
-    if rank == 0 and lock is not None:      # only rank 0 writes the folder, so only rank 0 holds its lock
-        lock.take(cfg.out_dir, create=False)
-    ckpt_path = os.path.join(cfg.out_dir, 'ckpt.pt')
-    branch_from = cfg.init_from if cfg.init_from.endswith('.pt') else None
-    own = run_folder.load_checkpoint(ckpt_path) if branch_from and os.path.exists(ckpt_path) else None
-    # a branch whose own folder already holds its checkpoint continues it, like auto (sweep.py reruns commands)
-    resume = (cfg.init_from == 'resume' or (cfg.init_from == 'auto' and os.path.exists(ckpt_path)) or
-              (own is not None and (own.get('branch_of') or {}).get('checkpoint') == branch_from and
-               not cfg.overwrite))
-    checkpoint, branch = None, None
-    if resume:
-        checkpoint = own or run_folder.load_checkpoint(ckpt_path)
-        cfg = run_folder.resume_config(checkpoint['config'], cfg, explicit, DEFAULTS)
-        run_folder.check_config(cfg, world_size, explicit)   # again: a resumed config comes from the checkpoint
-        run_folder.check_eval_set(checkpoint['config'], cfg, DEFAULTS)
-        branch = checkpoint.get('branch_of')
-    elif branch_from:
-        if os.path.realpath(os.path.dirname(branch_from) or '.') == os.path.realpath(cfg.out_dir):
-            raise UserError(f"--init_from={branch_from}: a branch needs its own --out_dir (this one holds the run "
-                            f"it branches from)")
-        checkpoint = run_folder.load_checkpoint(branch_from,
-                                                missing='keep that step with --save_steps in the run it comes from')
-        cfg = run_folder.resume_config(checkpoint['config'], cfg, explicit, DEFAULTS)
-        if 'save_steps' not in explicit:
-            cfg.save_steps = ''                          # the parent's branch points are not the branch's
-        run_folder.check_config(cfg, world_size, explicit)
-        branch = {'checkpoint': branch_from, 'step': checkpoint['step']}
-    if not resume:
-        run_folder.check_new_run(cfg.out_dir, cfg.overwrite)
-    dev = pick_device(cfg.device, local_rank if ddp else None)
-    device_type = dev.split(':')[0]
-    if cfg.cuda_graphs and (device_type != 'cuda' or not cfg.compile):
-        raise UserError(f"--cuda_graphs=True captures the compiled training step in CUDA graphs: it needs "
-                        f"--compile=True and a CUDA device (here {dev}{'' if cfg.compile else ', compile=False'})")
-    dtype, ctx = autocast(cfg.dtype, device_type, cuda_fallback='float16')
-    if dtype == 'float16' and device_type not in ('cuda', 'cpu'):
-        raise UserError(f"--dtype=float16 needs a CUDA device or the CPU (its grad scaler), not {device_type} "
-                        f"(use float32 or bfloat16)")
-
-    folder, meta = run_folder.find_data(cfg, ddp)
-    T = cfg.block_size
-    n_train, n_val = len(open_split(folder, 'train')), len(open_split(folder, 'val'))
-    for split, n in (('validation', n_val), ('training', n_train)):
-        if n < T + 1:
-            raise UserError(f"block_size={T} is larger than the {split} split ({n} tokens in {folder}): "
-                            f"lower --block_size")
-    if 'n_layer' in from_file and checkpoint is None and rank == 0:
-        explain_n_layer(cfg)
-    mcfg, tokens_per_iter, fpt, n_iters = sizes(cfg, meta)
-    if checkpoint is not None and asdict(mcfg) != checkpoint['model_args']:
-        diff = [f"{k}={checkpoint['model_args'].get(k)!r} (now {v!r})" for k, v in asdict(mcfg).items()
-                if checkpoint['model_args'].get(k) != v]
-        raise UserError(f"the checkpoint's model differs from this config: {', '.join(diff)}; resume with the "
-                        f"run's own settings")
-    # the schedule's length is fixed when a run starts; a resumed run with a larger budget goes on at min_lr. A branch
-    # is a new run: its schedule follows its own budget
-    schedule_iters = (n_iters if not resume else checkpoint.get('schedule_iters', checkpoint['n_iters']))
-    if branch is not None and not resume and branch['step'] >= n_iters:
-        raise UserError(f"--init_from={branch_from} is step {branch['step']:,}, and this run's budget is "
-                        f"{n_iters:,} steps: nothing left to train (give a larger --max_tokens or --max_iters)")
-    starts = eval_starts(n_val, T, cfg.eval_iters * cfg.batch_size * T if cfg.eval_iters else cfg.eval_tokens,
-                         cfg.batch_size)
-    return types.SimpleNamespace(
-        lock=lock, gas_note=follows_world and checkpoint is None, cfg=cfg, explicit=explicit, ddp=ddp, rank=rank, local_rank=local_rank, world_size=world_size,
-        master=rank == 0, resume=resume, branch=branch, checkpoint=checkpoint, ckpt_path=ckpt_path, dev=dev,
-        device_type=device_type, dtype=dtype, ctx=ctx, folder=folder, meta=meta, n_train=n_train, n_val=n_val,
-        mcfg=mcfg, tokens_per_iter=tokens_per_iter, fpt=fpt, n_iters=n_iters, schedule_iters=schedule_iters,
-        starts=starts, log_path=os.path.join(cfg.out_dir, 'log.csv'), run_path=os.path.join(cfg.out_dir, 'run.json'),
-        save_steps={int(x) for x in cfg.save_steps.split(',') if x.strip()})
-
-
-def sizes(cfg, meta):
-    """(model config, tokens per iteration, forward FLOPs per token, iterations) of a run's config on a dataset
-    with this meta.pkl: what run.json records, and what sweep.py --dry_run adds up without starting a run."""
-    vocab_size = meta['vocab_size']
-    if meta.get('tokenizer') == 'gpt2':
-        vocab_size = -(-vocab_size // 64) * 64     # 50257 -> 50304: a multiple of 64 is faster, the rest unused
-    mcfg = model_config(cfg, vocab_size)
-    tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * cfg.block_size
-    fpt = xmod.flops_per_token(mcfg, cfg.block_size, cfg.batch_size)
-    return mcfg, tokens_per_iter, fpt, resolve_iters(cfg, fpt, tokens_per_iter)
-
-
-def explain_n_layer(cfg):
-    """A config file's n_layer, written for a dense model, means another thing to a FLOP-matched sparse run: say so."""
-    if cfg.model in ('mod', 'xmod') and cfg.match_flops and cfg.n_layer:
-        print(f"note: n_layer={cfg.n_layer} (from the config file) is the {cfg.model} model's own depth, FLOP-matched "
-              f"to a dense model of dense_layers={cfg.dense_layers} layers; to match a {cfg.n_layer}-layer dense "
-              f"model, run with --dense_layers={cfg.n_layer} --n_layer=0 (FLOP matching then picks the depth)")
-
-
-def build_model(run):
-    """The model, its optimizer and grad scaler, restored from the checkpoint when resuming; DDP joins the ranks
-    here, so all of them have passed the checks. Returns raw_model (the GPT), model (what evaluation calls:
-    compiled or not), ddp_model (what training calls: model, or with --cuda_graphs its own compile in CUDA graphs;
-    DDP-wrapped under DDP), optimizer and scaler."""
-    cfg, dev = run.cfg, run.dev
-    if run.ddp:
-        backend = cfg.backend or ('nccl' if run.device_type == 'cuda' else 'gloo')
-        if run.device_type == 'cuda':
-            torch.cuda.set_device(dev)          # before the process group, so nccl binds this rank's GPU
-        bound = {'device_id': torch.device(dev)} if backend == 'nccl' else {}
-        torch.distributed.init_process_group(backend=backend, **bound)
-    if run.device_type == 'cuda':
-        torch.set_float32_matmul_precision('high')    # TF32 matmuls for what autocast leaves in float32
-    random.seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)                    # the initial weights: a pure function of the seed
-    raw_model = GPT(run.mcfg)
-    raw_model.calibration_checked = True           # step 0's causal eval runs before any calibration, by design
-    torch.manual_seed(cfg.seed + run.rank)         # dropout: its own stream per rank
-    ckpt = run.checkpoint
-    if ckpt is not None:
-        try:
-            raw_model.load_state_dict(run_folder.clean_state_dict(ckpt['model']))
-        except RuntimeError as e:
-            raise UserError(f"{run.ckpt_path}: the weights do not fit the model: {one_line(e)}") from None
-    raw_model.to(dev)
-    scaler = torch.amp.GradScaler(run.device_type, enabled=run.dtype == 'float16')
-    optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
-                                               run.device_type)
-    if ckpt is not None:
-        optimizer.load_state_dict(ckpt['optimizer'])
-        if ckpt.get('scaler'):
-            scaler.load_state_dict(ckpt['scaler'])
-        run_folder.set_rng_state(ckpt['rng'][run.rank] if run.rank < len(ckpt['rng']) else ckpt['rng'][0])
-    if cfg.compile:   # causal routing reads its padded count k_max from the data: captured, it stays in the graph
-        torch._dynamo.config.capture_scalar_outputs = True
-    model = torch.compile(raw_model) if cfg.compile else raw_model
-    # --cuda_graphs: the training step (top-k routing, static shapes) replayed from CUDA graphs; evaluation keeps the
-    # default mode (causal routing's sizes come from the data)
-    ddp_model = torch.compile(raw_model, mode='reduce-overhead') if cfg.cuda_graphs else model
-    if run.ddp:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        # MoD's plain gate leaves Router.gain out of the graph: DDP must be told some parameters get no gradient.
-        # broadcast_buffers=False: the RoPE tables and causal thresholds are the same on every rank by construction
-        # (calibrate gathers every rank's scores), and random routing's draw is each rank's own (set_draw)
-        unused = run.mcfg.gate == 'plain' and 'routed' in xmod.layer_kinds(run.mcfg)
-        ddp_model = DDP(ddp_model, device_ids=[run.local_rank] if run.device_type == 'cuda' else None,
-                        find_unused_parameters=unused, broadcast_buffers=False)
-    return raw_model, model, ddp_model, optimizer, scaler
-
+# run.json, checkpoints, a loss that diverged
 
 def start_run(run, raw_model, iter_num):
     """Write run.json (and, on a resume, cut log.csv back to the checkpoint) and print what is about to happen.
@@ -445,31 +300,18 @@ def start_run(run, raw_model, iter_num):
     cfg, mcfg = run.cfg, run.mcfg
     params_total, params_active = raw_model.num_params(), raw_model.num_active_params()
     layout = xmod.layout_string(mcfg)
-    resolved = dict(vars(cfg), n_layer=mcfg.n_layer, capacity=mcfg.capacity, gate=mcfg.gate,
-                    balance=mcfg.balance, router_bce=mcfg.router_bce, expert_hidden=mcfg.expert_hidden)
+    resolved = {k: getattr(mcfg, k, v) for k, v in vars(cfg).items()}   # the model's keys as FLOP matching and
+                                                                          # the family's defaults made them
     info = {'config': resolved, 'model_config': asdict(mcfg), 'layout': layout, 'params_total': params_total,
             'params_active': params_active, 'flops_per_token': run.fpt, 'tokens_per_iter': run.tokens_per_iter,
             'n_iters': run.n_iters, 'world_size': run.world_size, 'seed': cfg.seed,
             'git_commit': run_folder.git_commit(), 'torch_version': torch.__version__, 'device': run.dev,
             'dtype': run.dtype, 'finished': False, 'final': None}
-    if run.branch:
-        info['branch_of'] = run.branch
+    if run.start.branch:
+        info['branch_of'] = run.start.branch
     if not run.master:
         return info
-    os.makedirs(cfg.out_dir, exist_ok=True)
-    if run.lock.fd is None:     # no trainer had written here: the lock file is made now, before the first write,
-        run.lock.take(cfg.out_dir, create=True)
-        if not run.resume:      # a trainer that took it in between has written a run by now: look again
-            run_folder.check_new_run(cfg.out_dir, cfg.overwrite, say=False)
-    run.lock.write_pid()
-    if run.resume:
-        torn = run_folder.truncate_log(run.log_path, iter_num)
-        if torn is not None:
-            print(f"note: dropped the last row of {run.log_path}, cut mid-line when the run stopped (it began "
-                  f"{torn[:30]!r}); training resumes at step {iter_num} and logs the steps after it again")
-    else:
-        run_folder.clear_run(cfg.out_dir)          # --overwrite: the old run goes (checked in setup_run)
-    run_folder.write_json(run.run_path, info)
+    run.start.claim(info, iter_num)        # the folder is this run's now: run.json written, the log cut or cleared
     T = cfg.block_size
     sparse = (f", capacity {mcfg.capacity:.4f} ({xmod.capacity_k(mcfg.capacity, T)}/{T} tokens)"
               if 'routed' in xmod.layer_kinds(mcfg) else ', no routed layer: the dense model' if
@@ -491,43 +333,21 @@ def start_run(run, raw_model, iter_num):
     print(f"budget {run.n_iters:,} iters x {run.tokens_per_iter:,} tokens = "
           f"{run.n_iters * run.tokens_per_iter / 1e6:.2f}M tokens, {3 * run.fpt * run.n_iters * run.tokens_per_iter:.3g}"
           f" FLOPs; device {run.dev} {run.dtype}{f' x {run.world_size} ranks' if run.ddp else ''}; out_dir "
-          f"{cfg.out_dir}" + (f"; resuming at step {iter_num}" if run.resume else ''))
+          f"{cfg.out_dir}" + (f"; resuming at step {iter_num}" if run.start.resume else ''))
     slow = run.device_type == 'cpu' and cpu_lacks_matrix_instructions(run.dtype)
     if slow is not False:         # None: torch cannot tell
         which = 'this CPU has' if slow else 'on a CPU with'
         print(f"note: {which} no matrix instructions for {run.dtype}, training takes 8x float32's time or more "
               f"(docs/gpu.md): --dtype={run.dtype} on a CPU is for testing the GPU path, float32 trains faster")
-    if run.branch and not run.resume:
+    if run.start.branch and not run.start.resume:
         sched = (f"; its cooldown starts at step {cooldown_start(cfg, run.schedule_iters):,}"
                  if cfg.lr_schedule == 'wsd' else '')
-        print(f"branch of {run.branch['checkpoint']} at step {run.branch['step']:,}{sched}")
+        print(f"branch of {run.start.branch['checkpoint']} at step {run.start.branch['step']:,}{sched}")
     if run.n_iters > run.schedule_iters:
         print(f"extending: the learning-rate schedule of this run ended at step {run.schedule_iters:,}; steps "
               f"{run.schedule_iters:,}-{run.n_iters:,} run at min_lr={cfg.min_lr:g}")
     return info
 
-
-def diverged(run, what, value, iter_num, last_eval, advice=''):
-    """The error that stops a run whose loss became NaN or inf (exit code 3); its last good checkpoint stays, and
-    run.json records the step ("diverged"), so a sweep can tell a diverged rate from an unfinished run."""
-    info = getattr(run, 'info', None)
-    if run.master and info is not None:
-        info['diverged'] = {'step': iter_num, 'what': what}
-        run_folder.write_json(run.run_path, info)
-    return LossDiverged(f"the {what} is {value} at step {iter_num}: stopping. The last good checkpoint "
-                        f"({run.ckpt_path}, step {last_eval['step'] if last_eval else 'none'}) is kept{advice}")
-
-
-def train_loss_mean(run, total, n, iter_num, last_eval):
-    """The training loss summed in total over n steps, as a float averaged over DDP ranks (so every rank takes the
-    same decision); stop on NaN or inf."""
-    if run.ddp:
-        torch.distributed.all_reduce(total, op=torch.distributed.ReduceOp.AVG)
-    mean = total.item() / n
-    if not math.isfinite(mean):
-        raise diverged(run, 'training loss', mean, iter_num, last_eval,
-                       '; lower --learning_rate or raise --warmup_iters and resume with --init_from=resume')
-    return mean
 
 
 def checkpoint_state(run, raw_model, optimizer, scaler, iter_num, best_val_loss, last_eval, t0, train_sum=0.0,
@@ -544,8 +364,36 @@ def checkpoint_state(run, raw_model, optimizer, scaler, iter_num, best_val_loss,
             'data': {'seed': run.cfg.seed, 'step': iter_num, 'tokens': iter_num * run.tokens_per_iter},
             'n_iters': run.n_iters, 'schedule_iters': run.schedule_iters, 'best_val_loss': best_val_loss,
             'elapsed_s': time.time() - t0, 'last_eval': last_eval, 'rng': rngs, 'meta': run.meta,
-            'branch_of': run.branch, 'train_loss_sum': train_sum, 'train_loss_steps': train_steps}
+            'branch_of': run.start.branch, 'train_loss_sum': train_sum, 'train_loss_steps': train_steps}
 
+
+
+def train_loss_mean(run, total, n, iter_num, last_eval):
+    """The training loss summed in total over n steps, as a float averaged over DDP ranks (so every rank takes the
+    same decision); stop on NaN or inf."""
+    if run.ddp:
+        torch.distributed.all_reduce(total, op=torch.distributed.ReduceOp.AVG)
+    mean = total.item() / n
+    if not math.isfinite(mean):
+        raise diverged(run, 'training loss', mean, iter_num, last_eval,
+                       '; lower --learning_rate or raise --warmup_iters and resume with --init_from=resume')
+    return mean
+
+
+
+def diverged(run, what, value, iter_num, last_eval, advice=''):
+    """The error that stops a run whose loss became NaN or inf (exit code 3); its last good checkpoint stays, and
+    run.json records the step ("diverged"), so a sweep can tell a diverged rate from an unfinished run."""
+    info = getattr(run, 'info', None)
+    if run.master and info is not None:
+        info['diverged'] = {'step': iter_num, 'what': what}
+        run_folder.write_json(run.start.run_path, info)
+    return LossDiverged(f"the {what} is {value} at step {iter_num}: stopping. The last good checkpoint "
+                        f"({run.start.ckpt_path}, step {last_eval['step'] if last_eval else 'none'}) is kept{advice}")
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# the loop
 
 def train(argv):
     lock = run_folder.RunLock()
@@ -555,12 +403,14 @@ def train(argv):
         lock.release()               # the kernel would at exit; a caller's process (tests) may train again
 
 
+
 def train_run(argv, lock):
     run = setup_run(argv, lock)
-    cfg, T = run.cfg, run.cfg.block_size
+    cfg, T, dev, master = run.cfg, run.cfg.block_size, run.dev, run.master
+    n_iters, tokens_per_iter, fpt = run.n_iters, run.tokens_per_iter, run.fpt
     raw_model, model, ddp_model, optimizer, scaler = build_model(run)
     # where training stands: step 0, or the checkpoint's (a resume, or the kept step a branch starts from)
-    ckpt = run.checkpoint or {}
+    ckpt = run.start.checkpoint or {}
     iter_num = ckpt.get('step', 0)
     best_val_loss = ckpt.get('best_val_loss', float('inf'))
     last_eval = ckpt.get('last_eval')              # the last evaluation's step, tokens, FLOPs and losses
@@ -568,47 +418,47 @@ def train_run(argv, lock):
     # Step losses are summed on the device and brought to the host only every log_interval steps and at evals
     # (one sync each); train_loss is its own sum since the last eval, so log_interval cannot change its rounding.
     # A kept step between evaluations carries that sum (ckpt_S.pt), so a branch logs its parent's very train_loss.
-    window, window_steps = torch.zeros((), device=run.dev), 0
-    since_eval = torch.full((), ckpt.get('train_loss_sum', 0.0), device=run.dev)
+    window, window_steps = torch.zeros((), device=dev), 0
+    since_eval = torch.full((), ckpt.get('train_loss_sum', 0.0), device=dev)
     since_eval_steps = ckpt.get('train_loss_steps', 0)
-    run.checkpoint = ckpt = None                   # free the memory
+    run.start.checkpoint = ckpt = None             # free the memory
     info = run.info = start_run(run, raw_model, iter_num)
     gas_local = cfg.gradient_accumulation_steps // run.world_size
-    bar = tqdm(total=run.n_iters, initial=iter_num, disable=True if not run.master else None, dynamic_ncols=True,
+    bar = tqdm(total=n_iters, initial=iter_num, disable=True if not master else None, dynamic_ncols=True,
                unit='it', leave=False)
     t0 = time.time() - elapsed
-    resumed_at = iter_num if run.resume or run.branch else -1     # its evaluation is already logged
-    t_mark, tok_mark, t_eval_end = time.time(), iter_num * run.tokens_per_iter, time.time()
+    resumed_at = iter_num if run.start.resume or run.start.branch else -1     # its evaluation is already logged
+    t_mark, tok_mark, t_eval_end = time.time(), iter_num * tokens_per_iter, time.time()
     share_cpu = run_folder.cpu_threads(run.device_type, cfg.threads)
     thread_note, said_since_eval = run_folder.ThreadNote(torch.get_num_threads(), time.time()), False
-    peak = configurator.peak_tflops(run.dev, run.dtype, cfg.peak_tflops)     # 0: no mfu (a CPU, an unknown GPU)
+    peak = configurator.peak_tflops(dev, run.dtype, cfg.peak_tflops)     # 0: no mfu (a CPU, an unknown GPU)
     trained = False                                # a training step done by this process: compiled evaluation
     while True:
         # evaluate, append a row to log.csv, then write the checkpoint (the row first: a kill in between loses the
         # row on resume, never the checkpoint's step)
-        if (iter_num % cfg.eval_interval == 0 or iter_num == run.n_iters) and iter_num != resumed_at:
+        if (iter_num % cfg.eval_interval == 0 or iter_num == n_iters) and iter_num != resumed_at:
             train_loss = (train_loss_mean(run, since_eval, since_eval_steps, iter_num, last_eval)
                           if since_eval_steps else '')
-            tokens_per_s = (round(since_eval_steps * run.tokens_per_iter / (time.time() - t_eval_end), 1)
+            tokens_per_s = (round(since_eval_steps * tokens_per_iter / (time.time() - t_eval_end), 1)
                             if since_eval_steps else '')
             # before this process's first training step, the eager model: the training graph compiles first, and
             # the evaluation graphs (causal routing's data-dependent sizes) only after a training figure is out
             ev = eval_row(run, model if trained else raw_model, raw_model)
             if not all(math.isfinite(v) for v in (ev['val_loss'], ev['val_loss_causal'])):
                 raise diverged(run, 'validation loss', ev['val_loss'], iter_num, last_eval)
-            tokens = iter_num * run.tokens_per_iter
+            tokens = iter_num * tokens_per_iter
             # model FLOPs utilisation per GPU: training FLOPs/s (3 x forward) over the peak of world_size GPUs
-            mfu = (round(3 * run.fpt * tokens_per_s / (peak * 1e12 * run.world_size), 4)
+            mfu = (round(3 * fpt * tokens_per_s / (peak * 1e12 * run.world_size), 4)
                    if peak and tokens_per_s != '' else '')
-            row = {'step': iter_num, 'tokens': tokens, 'flops': 3 * run.fpt * tokens,
+            row = {'step': iter_num, 'tokens': tokens, 'flops': 3 * fpt * tokens,
                    'lr': get_lr(cfg, iter_num, run.schedule_iters), 'elapsed_s': round(time.time() - t0, 3),
                    'tokens_per_s': tokens_per_s, 'mfu': mfu, 'train_loss': train_loss, **ev}
             best_val_loss = min(best_val_loss, ev['val_loss_causal'])
             last_eval = {k: row[k] for k in ('step', 'tokens', 'flops', 'val_loss', 'val_loss_causal')}
             state = checkpoint_state(run, raw_model, optimizer, scaler, iter_num, best_val_loss, last_eval, t0)
-            if run.master:
-                run_folder.append_log(run.log_path, row)
-                run_folder.save_checkpoint(state, run.ckpt_path)
+            if master:
+                run_folder.append_log(run.start.log_path, row)
+                run_folder.save_checkpoint(state, run.start.ckpt_path)
                 train_txt = f"train {train_loss:.4f}, " if train_loss != '' else ''
                 tqdm.write(f"step {iter_num:>6}: {train_txt}val {ev['val_loss']:.4f}, val causal "
                            f"{ev['val_loss_causal']:.4f}, {row['elapsed_s']:.0f}s")
@@ -622,9 +472,9 @@ def train_run(argv, lock):
                 torch.distributed.all_reduce(total, op=torch.distributed.ReduceOp.AVG)
             state = checkpoint_state(run, raw_model, optimizer, scaler, iter_num, best_val_loss, last_eval, t0,
                                      total.item(), since_eval_steps)
-            if run.master:
+            if master:
                 run_folder.save_checkpoint(state, os.path.join(cfg.out_dir, f'ckpt_{iter_num}.pt'))
-        if iter_num >= run.n_iters:
+        if iter_num >= n_iters:
             break
 
         # one optimizer step over gradient_accumulation_steps micro-batches of the global batch
@@ -633,10 +483,10 @@ def train_run(argv, lock):
             group['lr'] = lr
         rows = batch_starts(cfg.seed, iter_num, cfg.batch_size * cfg.gradient_accumulation_steps, run.n_train, T)
         data = open_split(run.folder, 'train')
-        step_loss, step_layers = torch.zeros((), device=run.dev), []
+        step_loss, step_layers = torch.zeros((), device=dev), []
         for micro in range(gas_local):
             first = (run.rank * gas_local + micro) * cfg.batch_size       # this rank's slice of the global batch
-            x, y = read_windows(data, rows[first:first + cfg.batch_size], T, run.dev)
+            x, y = read_windows(data, rows[first:first + cfg.batch_size], T, dev)
             raw_model.set_draw(cfg.seed, iter_num, row0=first)    # random routing's draw for these rows
             # DDP: all-reduce gradients only on the last micro-batch
             sync = ddp_model.no_sync() if run.ddp and micro < gas_local - 1 else nullcontext()
@@ -672,27 +522,27 @@ def train_run(argv, lock):
             window.zero_()
             window_steps = 0
             now = time.time()
-            tok_s = (iter_num * run.tokens_per_iter - tok_mark) / (now - t_mark)
+            tok_s = (iter_num * tokens_per_iter - tok_mark) / (now - t_mark)
             bar.set_postfix(loss=f"{mean:.4f}", tok_s=f"{tok_s:,.0f}")
-            t_mark, tok_mark = now, iter_num * run.tokens_per_iter
+            t_mark, tok_mark = now, iter_num * tokens_per_iter
         share_cpu()
         threads = thread_note(torch.get_num_threads(), time.time(), may_say=not said_since_eval)
-        if threads and run.master:
+        if threads and master:
             said_since_eval = True
             tqdm.write(f"step {iter_num:>6}: CPU threads -> {threads} (the cores other processes leave free; "
                        f"--threads=N fixes the count)")
-        if cfg.stop_iter and iter_num == cfg.stop_iter and iter_num < run.n_iters:
+        if cfg.stop_iter and iter_num == cfg.stop_iter and iter_num < n_iters:
             bar.close()
-            if run.master:
+            if master:
                 print(f"stopped after step {iter_num} (stop_iter), as if killed: the checkpoint is at step "
                       f"{last_eval['step'] if last_eval else 'none'}; continue with --init_from=resume")
             return 0
 
     bar.close()
-    if run.master:
+    if master:
         info.update(finished=True, final=last_eval)
-        run_folder.write_json(run.run_path, info)
-        print(f"done: {run.n_iters:,} iters, {time.time() - t0:.0f}s; val_loss {last_eval['val_loss']:.4f}, "
+        run_folder.write_json(run.start.run_path, info)
+        print(f"done: {n_iters:,} iters, {time.time() - t0:.0f}s; val_loss {last_eval['val_loss']:.4f}, "
               f"val_loss_causal {last_eval['val_loss_causal']:.4f}; sample with: python sample.py "
               f"--out_dir={cfg.out_dir}")
     return 0

@@ -50,10 +50,10 @@ class GPTConfig:
     block_size: int = 128           # train.py's default context, so `python xmod.py` shows what it trains
     vocab_size: int = 84            # char-level Shakespeare (modern spelling) has 84 distinct characters
     n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 128
-    dropout: float = 0.0
-    bias: bool = False
+    n_head: int = 4                 # attention heads
+    n_embd: int = 128               # width C
+    dropout: float = 0.0            # dropout probability (0 for small data that is seen about once)
+    bias: bool = False              # biases in Linear layers
     resid_init: str = 'layers'      # residual projections' init std 0.02/sqrt(2L): L = n_layer | the depth a token
                                     # passes, 'active' (init_depth)
     model: str = 'dense'            # 'dense' | 'mod' | 'xmod' | 'moe'
@@ -69,10 +69,10 @@ class GPTConfig:
     router_momentum: float = 0.9    # EMA momentum of the calibrated causal threshold (0 = each step's own quantile)
     router_zloss: float = 0.0       # ablation: penalty on the routers' mean squared score (keeps scores unsaturated)
     # mixture of experts (moe)
-    n_expert: int = 8
-    expert_top_k: int = 2
+    n_expert: int = 8               # moe: experts per layer
+    expert_top_k: int = 2           # moe: experts per token
     expert_hidden: Optional[int] = None   # None: 4*n_embd // expert_top_k, so active params match a dense MLP
-    expert_capacity_factor: float = 1.25
+    expert_capacity_factor: float = 1.25   # moe: slots per expert = factor * top_k * tokens / experts
     moe_aux: float = 0.01           # Switch load-balancing loss coefficient
     moe_zloss: float = 0.001        # router z-loss coefficient
 

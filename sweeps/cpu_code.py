@@ -79,13 +79,12 @@ def layout(r):
     import pickle
     import sys
     sys.path.insert(0, os.path.dirname(HERE))
-    import train
     import xmod
-    from configurator import configure
+    from run_folder import sizes, train_config
     args = {**common, **{k: v for k, v in r.items() if k != 'name'}}
-    cfg, _ = configure([f'--{k}={v}' for k, v in args.items()], train.DEFAULTS)
+    cfg, _ = train_config([f'--{k}={v}' for k, v in args.items()])
     with open(os.path.join(os.path.dirname(HERE), 'data', cfg.dataset, 'meta.pkl'), 'rb') as f:
-        mcfg, _, fpt, _ = train.sizes(cfg, pickle.load(f))
+        mcfg, _, fpt, _ = sizes(cfg, pickle.load(f))
     routed = (f", capacity {mcfg.capacity:.4f} ({xmod.capacity_k(mcfg.capacity, cfg.block_size)}/{cfg.block_size} "
               f"tokens)") if mcfg.model in ('mod', 'xmod') else ''
     return f"{r['name']}: {xmod.layout_string(mcfg)} ({mcfg.n_layer} layers{routed}), {fpt / 1e6:.3f}M FLOPs/token"

@@ -17,9 +17,10 @@ by 0.025 to 0.052; at the reference point (T=128, 2M tokens) tuning turned a lea
    pair's co-selection: a larger coefficient is the principled push against a collapsed pair (--balance, a switch
    that exists).
 The arms: the 4-layer dense model against X-MoD strides 2 (c 0.531), 4 (c 0.125) and 8 (c 0.250) at 0.5M tokens,
-then the T=256 pair at 2M tokens (X-MoD stride 4, c 0.125, depth solved), then part 3. 1.5e14 training FLOPs
-(sweep.py --dry_run): about 45 minutes on 2 quiet CPU cores at the 2.9e10 FLOP/s a 1-thread job sustained over
-cpu_lr (evaluations included), resumable.
+then the T=256 pair at 2M tokens (X-MoD stride 4, c 0.125, depth solved), then part 3. 38 runs, 2.3e14 training
+FLOPs (`python sweep.py sweeps/cpu_recheck.py --dry_run`); about 1.8 hours with its 2 jobs on 2 CPU cores, as
+measured: the elapsed_s of results/cpu_recheck/runs sum to 3.7 hours of 1-thread jobs (1.7e10 FLOP/s each,
+evaluations included). Resumable.
 
     python lr_sweep.py results/cpu_recheck/runs 'results/cpu_lr/runs/dense_L4_d128_2M_lr0.004*' --out DIR   # 3.
 """

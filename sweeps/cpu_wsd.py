@@ -7,7 +7,7 @@ shrank from budget to budget but hardly moved inside a 2M-token run, which point
 
 1. Stable runs: the reference pair (4 dense layers against X-MoD stride 4, c 0.125, width 128, T=128) with
    lr_schedule=wsd over 8M tokens (the 4.5M-token training split seen about 1.8 times), keeping the steps where the
-   0.5, 1, 2 and 4M budgets' cooldowns start (the last 20% of each budget: train.cooldown_start).
+   0.5, 1, 2 and 4M budgets' cooldowns start (the last 20% of each budget: run_folder.cooldown_start).
 2. Branches: from each kept step, the cooldown of that budget (--init_from=.../ckpt_S.pt). A branch equals, bit for
    bit, a separate WSD run of its budget (tests/test_train.py), so each stable run gives all five budgets.
 3. Arms at the rate sweeps/cpu_lr.py found best for both at width 128 (4e-3, seed 0: dense 1.7044, X-MoD 1.7249);
@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RUNS = os.path.join('results', name, 'runs')           # as train.py (run from the repository root) sees it
 
 sys.path.insert(0, os.path.dirname(HERE))
-import train  # noqa: E402  (its budget and cooldown rules, so the kept steps are exactly the branch points)
+import run_folder  # noqa: E402  (train.py's budget and cooldown rules, so the kept steps are the branch points)
 
 small = runpy.run_path(os.path.join(HERE, 'cpu_small.py'))
 common = dict(small['common'], threads=1)
@@ -40,12 +40,13 @@ LONG = 8 * M
 
 
 def iters(tokens):
-    return train.resolve_iters(types.SimpleNamespace(max_flops=0, max_tokens=tokens), None, TOKENS_PER_ITER)
+    return run_folder.resolve_iters(types.SimpleNamespace(max_flops=0, max_tokens=tokens), None, TOKENS_PER_ITER)
 
 
 def cooldown_start(tokens):
     """Where a WSD run of this budget starts its cooldown: train.py's own rule, at its default cooldown_frac."""
-    return train.cooldown_start(types.SimpleNamespace(cooldown_frac=train.DEFAULTS['cooldown_frac']), iters(tokens))
+    frac = run_folder.train_defaults()['cooldown_frac']
+    return run_folder.cooldown_start(types.SimpleNamespace(cooldown_frac=frac), iters(tokens))
 
 
 def arm(kind, lr, seed, tokens, schedule):

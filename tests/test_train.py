@@ -138,17 +138,17 @@ def test_same_seed_same_batches():
 
 
 def test_eval_set_is_fixed_and_spans_the_split():
-    starts = train.eval_starts(10_001, 100, 0)                 # the whole split: non-overlapping windows
+    starts = run_folder.eval_starts(10_001, 100, 0)                 # the whole split: non-overlapping windows
     assert len(starts) == 100 and starts[0] == 0 and starts[-1] == 10_001 - 101
     assert all(b - a >= 100 for a, b in zip(starts, starts[1:]))
-    few = train.eval_starts(10_001, 100, 1000)                 # 10 evenly spaced windows, start to end
+    few = run_folder.eval_starts(10_001, 100, 1000)                 # 10 evenly spaced windows, start to end
     assert len(few) == 10 and few[0] == 0 and few[-1] == 10_001 - 101
-    assert train.eval_starts(101, 100, 0) == [0]
+    assert run_folder.eval_starts(101, 100, 0) == [0]
     # whole batches of 4 (the remainder dropped, the split still spanned); fewer windows than a batch: all of them
-    whole = train.eval_starts(10_001, 100, 1000, batch_size=4)
+    whole = run_folder.eval_starts(10_001, 100, 1000, batch_size=4)
     assert len(whole) == 8 and whole[0] == 0 and whole[-1] == 10_001 - 101
-    assert train.eval_starts(10_001, 100, 300, batch_size=4) == train.eval_starts(10_001, 100, 300)
-    assert train.eval_starts(10_001, 100, 800, batch_size=4) == train.eval_starts(10_001, 100, 800)
+    assert run_folder.eval_starts(10_001, 100, 300, batch_size=4) == run_folder.eval_starts(10_001, 100, 300)
+    assert run_folder.eval_starts(10_001, 100, 800, batch_size=4) == run_folder.eval_starts(10_001, 100, 800)
 
 
 def test_config_file_and_overrides(tmp_path):
@@ -646,10 +646,10 @@ def test_a_sparse_run_that_would_route_every_token_is_refused(corpus, bad_train)
 def test_the_nanogpt_config_keeps_a_sparse_model_sparse():
     """config/shakespeare_char_nanogpt.py sets the dense depth, so --model=xmod on top of it is FLOP-matched X-MoD."""
     cfg, _ = configurator.configure(['shakespeare_char_nanogpt', '--model=xmod'], train.DEFAULTS)
-    mcfg = train.model_config(cfg, 84)
+    mcfg = run_folder.model_config(cfg, 84)
     assert mcfg.n_layer > 4 and xmod.capacity_k(mcfg.capacity, cfg.block_size) < cfg.block_size
     cfg, _ = configurator.configure(['shakespeare_char_nanogpt'], train.DEFAULTS)
-    assert train.model_config(cfg, 84).n_layer == 4 and train.model_config(cfg, 84).model == 'dense'
+    assert run_folder.model_config(cfg, 84).n_layer == 4 and run_folder.model_config(cfg, 84).model == 'dense'
 
 
 def test_a_config_files_n_layer_is_explained_for_a_sparse_run(corpus, tmp_path, capsys):
@@ -675,8 +675,8 @@ def test_a_config_files_n_layer_is_explained_for_a_sparse_run(corpus, tmp_path, 
 
 def test_stride_one_is_the_dense_model():
     cfg, _ = configurator.configure(['--model=xmod', '--stride=1'], train.DEFAULTS)
-    mcfg = train.model_config(cfg, 84)
-    dense = train.model_config(configurator.configure(['--model=dense'], train.DEFAULTS)[0], 84)
+    mcfg = run_folder.model_config(cfg, 84)
+    dense = run_folder.model_config(configurator.configure(['--model=dense'], train.DEFAULTS)[0], 84)
     assert xmod.layer_kinds(mcfg) == ['dense'] * 4 == xmod.layer_kinds(dense)
     assert xmod.flops_per_token(mcfg) == xmod.flops_per_token(dense)
 
@@ -706,7 +706,7 @@ def test_wsd_schedule():
     import types
     cfg = types.SimpleNamespace(learning_rate=1e-2, min_lr=1e-3, warmup_iters=10, decay_lr=True, lr_schedule='wsd',
                                 cooldown_frac=0.2)
-    assert train.cooldown_start(cfg, 100) == 80
+    assert run_folder.cooldown_start(cfg, 100) == 80
     lrs = [train.get_lr(cfg, it, 100) for it in range(101)]
     assert lrs[:10] == [1e-2 * (i + 1) / 11 for i in range(10)] and set(lrs[10:81]) == {1e-2}
     assert lrs[90] == pytest.approx(5.5e-3) and lrs[100] == pytest.approx(1e-3) and lrs[85] > lrs[86]
@@ -777,6 +777,42 @@ def test_help_lists_every_key_with_its_description():
     lines = {line.split()[0].split('=')[0]: line for line in r.stdout.splitlines() if line.startswith('  --')}
     assert set(lines) == {f'--{k}' for k in train.DEFAULTS}
     assert 'optimizer steps' in lines['--max_iters'] and 'context length' in lines['--block_size']
+    assert 'attention heads' in lines['--n_head'] and 'None = family default' in lines['--gate']   # GPTConfig's
+    assert all(len(line.split(None, 1)) == 2 for line in lines.values()), 'a key without its comment'
+
+
+def test_no_script_imports_train_py():
+    """train.py is a script: what other scripts need of a run (its keys, plan and data windows) is in run_folder.py."""
+    import glob
+    import re
+    for path in glob.glob(os.path.join(ROOT, '*.py')) + glob.glob(os.path.join(ROOT, 'sweeps', '*.py')):
+        with open(path) as f:
+            assert not re.search(r'^\s*(import train\b|from train import)', f.read(), re.M), path
+
+
+def test_the_model_keys_are_gptconfig_fields():
+    """Every GPTConfig field but vocab_size is a train.py key with its default (train.py sets model, n_layer and
+    block_size itself); sweep.py reads the same keys from train.py's text, without importing it. None (the
+    family's default) is typed by the field's annotation, and a checkpoint's config of before (gate '',
+    balance -1.0, router_bce '', expert_hidden 0) resumes as None."""
+    import dataclasses
+    own = {'model', 'n_layer', 'block_size'}
+    for f in dataclasses.fields(xmod.GPTConfig):
+        if f.name != 'vocab_size':
+            assert f.name in train.DEFAULTS and (f.name in own or train.DEFAULTS[f.name] == f.default), f.name
+    assert run_folder.train_defaults() == train.DEFAULTS and list(run_folder.train_defaults()) == list(train.DEFAULTS)
+    cfg, _ = run_folder.train_config(['--balance=1', '--gate=variance', '--expert_hidden=64', '--router_bce=None'])
+    assert (cfg.balance, type(cfg.balance), cfg.gate, cfg.expert_hidden, cfg.router_bce) == (1.0, float, 'variance',
+                                                                                           64, None)
+    with pytest.raises(configurator.UserError, match='expected float'):
+        run_folder.train_config(['--balance=high'])
+    old = dict(train.DEFAULTS, gate='', balance=-1.0, router_bce='', expert_hidden=0)
+    cfg, explicit = run_folder.train_config([])
+    resumed = run_folder.resume_config(old, cfg, explicit, train.DEFAULTS)
+    assert (resumed.gate, resumed.balance, resumed.router_bce, resumed.expert_hidden) == (None, None, None, None)
+    cfg, explicit = run_folder.train_config(['--balance=-1', '--expert_hidden=0', '--gate=', '--out_dir=/nonexistent'])
+    start = run_folder.open_run(cfg, explicit, train.DEFAULTS, 1)            # the values of before, still typed
+    assert (start.cfg.balance, start.cfg.expert_hidden, start.cfg.gate) == (None, None, None)
     r = run(SAMPLE, '--help')
     assert r.returncode == 0 and 'EXIT' not in r.stdout and '--temperature=0.8' in r.stdout
     for script in ('bench.py', 'sweep.py'):
