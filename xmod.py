@@ -20,6 +20,8 @@ The paper ("X-MoD: Practical Scaling Laws for Sparse-Depth Routing Beyond Mixtur
 abstract only; where a choice below is our reading of it, the comment says so. Shapes: B batch, T time (context),
 C channels (n_embd), k tokens routed per sequence, E experts, H expert hidden size.
 """
+__version__ = '0.5.0.dev0'       # CHANGELOG.md: what each version changed
+
 import functools
 import math
 import warnings

@@ -106,3 +106,11 @@ def test_the_readme_keeps_the_design_record_in_short():
     """The README keeps "Our reading of the paper" as a short section that links to the whole record."""
     section = read('README.md').split('\n## Our reading of the paper\n', 1)[1].split('\n## ', 1)[0]
     assert '(docs/design.md)' in section and '# Our reading of the paper' in read('docs/design.md')
+
+
+def test_version_is_the_changelogs_newest():
+    import xmod
+    with open(os.path.join(ROOT, 'CHANGELOG.md')) as f:
+        newest = re.search(r'^## (\d+\.\d+\.\d+)', f.read(), re.M).group(1)
+    assert re.fullmatch(r'\d+\.\d+\.\d+(\.dev\d+)?', xmod.__version__)
+    assert xmod.__version__.split('.dev')[0] == newest
