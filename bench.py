@@ -47,7 +47,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import configurator                  # configurator.peak_tflops: the name peak_tflops is a key here
+import configurator  # configurator.peak_tflops: the name peak_tflops is a key here
 from configurator import UserError, autocast, configure, defaults_of, pick_device, run_main
 from xmod import GPT, GPTConfig, flops_per_token, match_flops
 

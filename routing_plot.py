@@ -481,7 +481,7 @@ def refuse(message):
 
 
 def main(argv=None):
-    from data.tokenizers import ArgumentParser                     # its errors: one line, exit 2
+    from data.tokenizers import ArgumentParser  # its errors: one line, exit 2
     p = ArgumentParser(prog='routing_plot.py', description='Routing of trained runs. RUN_DIRS...: do their routed '
                        'layers take the same tokens? For each run folder with a ckpt.pt: the Jaccard index of every '
                        'pair of routed layers (top-k and causal, on the run\'s own validation windows) and the '

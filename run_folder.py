@@ -709,8 +709,8 @@ def find_data(cfg, ddp):
     missing = [f for f in ('train.bin', 'val.bin', 'meta.pkl') if not os.path.isfile(os.path.join(folder, f))]
     if missing and not cfg.data_dir and cfg.dataset == 'shakespeare' and not ddp:
         print(f"{folder} is not prepared yet: preparing the char-level Shakespeare dataset now (once) ...")
-        from data.tokenizers import DataError
         from data.shakespeare.prepare import prepare
+        from data.tokenizers import DataError
         try:
             prepare('char')
         except (DataError, OSError) as e:

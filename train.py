@@ -39,12 +39,20 @@ import torch
 from tqdm import tqdm
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # xmod.py, configurator.py and data/ live here
-import run_folder                     # checkpoints, log.csv, run.json; the checks of a config, finding the data
+import configurator  # configurator.peak_tflops: the name peak_tflops is a key here
+import run_folder  # checkpoints, log.csv, run.json; the checks of a config, finding the data
 import xmod
-import configurator                   # configurator.peak_tflops: the name peak_tflops is a key here
-from configurator import (LossDiverged, UserError, autocast, configure, cpu_lacks_matrix_instructions, one_line,
-                          pick_device, run_main)
-from run_folder import cooldown_start, eval_starts, open_split, read_windows, sizes   # the run's plan and data
+from configurator import (
+    LossDiverged,
+    UserError,
+    autocast,
+    configure,
+    cpu_lacks_matrix_instructions,
+    one_line,
+    pick_device,
+    run_main,
+)
+from run_folder import cooldown_start, eval_starts, open_split, read_windows, sizes  # the run's plan and data
 from xmod import GPT, GPTConfig
 
 # -----------------------------------------------------------------------------------------------------------------

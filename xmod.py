@@ -1092,7 +1092,7 @@ def zoo(dense=None):
 
 
 if __name__ == '__main__':
-    from configurator import print_for_a_reader       # `python xmod.py | head -3` stops reading early: no traceback
+    from configurator import print_for_a_reader  # `python xmod.py | head -3` stops reading early: no traceback
     base = GPTConfig()
     lines = [f"Model zoo: n_embd={base.n_embd}, n_head={base.n_head}, block_size={base.block_size}, "
              f"vocab_size={base.vocab_size} (train.py's defaults). mod and xmod are FLOP-matched (within 2%) to the "

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from law.load import config_key
-from law.terms import D0, N0, S0, T0     # the relative law's reference point, this law's too
+from law.terms import D0, N0, S0, T0  # the relative law's reference point, this law's too
+
 HUBER_DELTA = 1e-3
 SELECT_MARGIN = 0.05
 FOLDS = 10               # cross-validation folds of X-MoD configurations (leave one out when there are fewer)
@@ -321,6 +322,7 @@ def advise(fit, flops, block_size, n_embd, dense_layers, n_head=4, vocab_size=84
     context and rho, else the law is not asked (ValueError names the axis). Delta's 95% interval: percentiles over
     the fit's bootstrap samples of the law's parameters. -> dict(dense, candidates, skipped, best, verdict)."""
     import torch as _torch
+
     from xmod import GPT, GPTConfig, flops_per_token, layout_string, match_flops
     j = fit.get('joint') or {}
     if not j.get('fitted'):

@@ -11,11 +11,11 @@ import difflib
 import glob
 import json
 import math
-from collections import Counter
 import operator
 import os
 import re
 import sys
+from collections import Counter
 
 import numpy as np
 

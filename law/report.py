@@ -397,7 +397,7 @@ def plot_routing_diagnostics(axes, runs, metric):
 def make_plots(out, runs, pairs, res, metric, law, dvt):
     """The eight plots of one metric; law = (L(N, D), Delta(rho, T, s, ...)), the fitted laws as functions;
     dvt = delta_vs_tokens(runs), one panel per configuration (at most 4)."""
-    import matplotlib          # here, not at the top: the tables and summary.md do not need it
+    import matplotlib  # here, not at the top: the tables and summary.md do not need it
     matplotlib.use('Agg')      # files only: no display is needed, as on a cluster node
     import matplotlib.pyplot as plt
     specs = [('loss_vs_flops', 1, lambda a: plot_loss_vs_flops(a[0], runs, metric)),

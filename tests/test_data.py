@@ -18,9 +18,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from data import tokenizers as tok
-from data.shakespeare import prepare as shk
 from data.openwebtext import prepare as owt
 from data.pycode import prepare as pyc
+from data.shakespeare import prepare as shk
 
 SHK_SCRIPT = os.path.join(ROOT, 'data', 'shakespeare', 'prepare.py')
 OWT_SCRIPT = os.path.join(ROOT, 'data', 'openwebtext', 'prepare.py')

@@ -14,9 +14,20 @@ import pytest
 
 import fit_law
 from law.load import load_runs
-from law_runs import (N_EMBD, ROOT, TRUE_DENSE, TRUE_REL, cli, dense_loss, make_run, make_sweep, run_main,
-                      tiny_sweep, true_delta, xmod_shape)
-
+from law_runs import (
+    N_EMBD,
+    ROOT,
+    TRUE_DENSE,
+    TRUE_REL,
+    cli,
+    dense_loss,
+    make_run,
+    make_sweep,
+    run_main,
+    tiny_sweep,
+    true_delta,
+    xmod_shape,
+)
 
 # -----------------------------------------------------------------------------
 # the dense law

@@ -13,7 +13,6 @@ import fit_law
 from law import joint
 from law_runs import make_run, run_main
 
-
 # -----------------------------------------------------------------------------
 # the joint law: dense and X-MoD losses in one law whose rho = 1 limit is the dense law
 
@@ -87,6 +86,7 @@ def synthetic_fit(size_rho):
     total parameters help), fitted (as it were) on dense and X-MoD runs of three layouts at widths 64-192, T=128,
     1-4M tokens, with 50 bootstrap samples scattered 1% around it."""
     import torch
+
     import xmod
     rows = []
     for width in (64, 128, 192):

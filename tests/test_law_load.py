@@ -15,7 +15,6 @@ from law import report
 from law.load import load_runs, mark_heldout, pair_runs
 from law_runs import cli, make_run, make_sweep, run_main, tiny_sweep
 
-
 # -----------------------------------------------------------------------------
 # pairing and held-out selection
 

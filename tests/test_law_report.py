@@ -13,7 +13,6 @@ from law import report
 from law.load import load_runs
 from law_runs import make_run
 
-
 # -----------------------------------------------------------------------------
 # the tables over seeds
 

@@ -13,8 +13,24 @@ import torch
 import torch.nn.functional as F
 
 import run_folder
-from conftest import (CASES, ENV, ROOT, SAMPLE, TINY, TRAIN, V, assert_bad_input, assert_same_losses, batch,
-                      needs_devices, read_json, read_log, rel_err, run, tiny)
+from conftest import (
+    CASES,
+    ENV,
+    ROOT,
+    SAMPLE,
+    TINY,
+    TRAIN,
+    V,
+    assert_bad_input,
+    assert_same_losses,
+    batch,
+    needs_devices,
+    read_json,
+    read_log,
+    rel_err,
+    run,
+    tiny,
+)
 from xmod import GPT, MoE, RoutedBlock
 
 DTYPES = {'bfloat16': torch.bfloat16, 'float16': torch.float16}

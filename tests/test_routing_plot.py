@@ -13,8 +13,8 @@ import pytest
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-import run_folder
 import routing_plot
+import run_folder
 import sample
 from data.tokenizers import from_meta, meta_for
 from xmod import GPT, GPTConfig

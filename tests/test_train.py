@@ -17,8 +17,19 @@ import configurator
 import run_folder
 import train
 import xmod
-from conftest import (ENV, ROOT, SAMPLE, TINY, TRAIN, assert_bad_input, assert_same_losses, needs_devices, read_json,
-                      read_log, run)
+from conftest import (
+    ENV,
+    ROOT,
+    SAMPLE,
+    TINY,
+    TRAIN,
+    assert_bad_input,
+    assert_same_losses,
+    needs_devices,
+    read_json,
+    read_log,
+    run,
+)
 
 LOSS_COLUMNS = ('train_loss', 'val_loss', 'val_loss_causal')
 RUN_JSON_KEYS = ('config', 'model_config', 'layout', 'params_total', 'params_active', 'flops_per_token',
@@ -514,6 +525,7 @@ def test_default_dataset_is_prepared_when_missing(corpus, tmp_path, monkeypatch,
     """With data/shakespeare missing, train.py prepares it (here a stand-in for prepare() that copies the tiny
     corpus), says so, and uses it; when preparing fails (no network), it is a one-line error, exit 2."""
     import shutil
+
     from data.shakespeare import prepare as shk
     from data.tokenizers import DataError
     monkeypatch.setattr(run_folder, 'ROOT', str(tmp_path))

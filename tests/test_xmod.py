@@ -11,8 +11,19 @@ import torch
 import torch.nn.functional as F
 
 from conftest import CASES, V, batch, rel_err, tiny
-from xmod import (GPT, GPTConfig, MoE, RoutedBlock, capacity_k, expert_capacity, flops_per_token, layer_kinds,
-                  match_flops, route_topk, routing_stats)
+from xmod import (
+    GPT,
+    GPTConfig,
+    MoE,
+    RoutedBlock,
+    capacity_k,
+    expert_capacity,
+    flops_per_token,
+    layer_kinds,
+    match_flops,
+    route_topk,
+    routing_stats,
+)
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+
 class Fail(Exception):
     """A check failed; the message is its one-line hint."""
 

@@ -34,8 +34,17 @@ from tqdm import tqdm
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
-from data.tokenizers import (DataError, check_tokenizer, encoding_from_meta, fail, meta_for,
-                             prepare_parser, print_written, staged_outputs, write_meta)
+from data.tokenizers import (
+    DataError,
+    check_tokenizer,
+    encoding_from_meta,
+    fail,
+    meta_for,
+    prepare_parser,
+    print_written,
+    staged_outputs,
+    write_meta,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NUM_PROC = max(1, (os.cpu_count() or 2) // 2)  # tokenizer workers

