@@ -223,6 +223,10 @@ def collapsed_pairs(overlap, routing='causal', above=0.5):
             for j in range(i + 1, len(layers)) if J[i, j] > above]
 
 
+class Refused(Exception):
+    """Input this script cannot use: main prints the message in one line and exits 2."""
+
+
 def load_run_model(run_dir):
     """(model, x, y, ckpt): the GPT of a run folder's ckpt.pt and the fixed validation windows its run evaluated on
     (its eval_tokens), x (B, T) and its targets y (B, T)."""
@@ -233,6 +237,9 @@ def load_run_model(run_dir):
     model.load_state_dict(clean_state_dict(ckpt['model']))
     cfg = ckpt['config']
     folder = cfg.get('data_dir') or os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', cfg['dataset'])
+    if not os.path.exists(os.path.join(folder, 'val.bin')):
+        raise Refused(f"{run_dir} was trained on {folder}, which has no val.bin here: prepare it first "
+                        f"(python data/{cfg['dataset']}/prepare.py)")
     data = open_split(folder, 'val')
     T = model.config.block_size
     starts = eval_starts(len(data), T, cfg.get('eval_tokens') or 0)
@@ -508,12 +515,14 @@ def main(argv=None):
             return refuse(f"{cfg.skip} has no ckpt.pt")
         if cfg.dense and not os.path.isfile(os.path.join(cfg.dense, 'ckpt.pt')):
             return refuse(f"{cfg.dense} has no ckpt.pt")
-        return skip_main(cfg)
-    if cfg.dense:
+    elif cfg.dense:
         p.error('--dense goes with --skip')
-    if not cfg.runs:
+    elif not cfg.runs:
         p.error('give RUN_DIRS or --skip RUN')
-    return overlap_main(cfg)
+    try:
+        return skip_main(cfg) if cfg.skip else overlap_main(cfg)
+    except Refused as e:
+        return refuse(str(e))
 
 
 if __name__ == '__main__':

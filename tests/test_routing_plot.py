@@ -305,3 +305,19 @@ def test_skip_script_refuses_in_one_line(args, needle, tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.count('\n') == 1 and needle in err, err
     assert not (tmp_path / 'o').exists()
+
+
+def test_skip_script_refuses_a_run_whose_data_is_not_here(trained, tmp_path, capsys):
+    """A run trained on a corpus this checkout has not prepared: one line that names the prepare command, exit 2,
+    no traceback and nothing written."""
+    import shutil
+    run = tmp_path / 'moved'
+    shutil.copytree(trained['xmod'], run)
+    ckpt = torch.load(run / 'ckpt.pt', map_location='cpu', weights_only=False)
+    ckpt['config'] = {**ckpt['config'], 'dataset': 'pycode', 'data_dir': str(tmp_path / 'no_data')}
+    torch.save(ckpt, run / 'ckpt.pt')
+    capsys.readouterr()
+    assert routing_plot.main(['--skip', str(run), '--out', str(tmp_path / 'o')]) == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and 'no val.bin here' in err and 'python data/pycode/prepare.py' in err, err
+    assert not (tmp_path / 'o').exists()
