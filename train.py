@@ -552,7 +552,7 @@ def train_run(argv, lock):
         run_folder.write_json(run.start.run_path, info)
         print(f"done: {n_iters:,} iters, {time.time() - t0:.0f}s; val_loss {last_eval['val_loss']:.4f}, "
               f"val_loss_causal {last_eval['val_loss_causal']:.4f}; sample with: python sample.py "
-              f"--out_dir={cfg.out_dir}")
+              f"--out_dir={cfg.out_dir}; its curves: python plot_run.py {cfg.out_dir}")
     return 0
 
 

@@ -1,0 +1,109 @@
+"""
+plot_run.py: one run's curves in one picture, from its run folder's log.csv and run.json.
+
+    python plot_run.py out                    # out/curves.png
+    python plot_run.py out --out=run.png      # somewhere else
+
+Four panels, against tokens seen:
+  1. loss: train (top-k routing, as trained), val with top-k routing and val with causal routing (the honest one);
+  2. the learning rate;
+  3. each routed layer's causal selection rate (causal_rate_<layer>) against the capacity it was built for;
+     a model without routed layers says so in the panel;
+  4. tokens/s.
+It reads log.csv as it is, so it works on a run still training: a row being written (cut mid-line) is left out.
+"""
+import csv
+import json
+import os
+import sys
+
+from run_folder import log_rows
+
+PANELS = ('loss', 'learning rate', 'causal selection rate per routed layer', 'tokens/s')
+
+
+def read_log(run_dir):
+    """{column: [float or None per row]} of run_dir/log.csv; rows of the wrong length (one being written) dropped."""
+    header, rows = log_rows(os.path.join(run_dir, 'log.csv'))
+    if header is None:
+        return None
+    rows = [r for r in rows if len(r) == len(header)]
+    return {name: [float(r[i]) if r[i] != '' else None for r in rows] for i, name in enumerate(header)}
+
+
+def series(log, x, y):
+    """The (x, y) points of column y where it has a value."""
+    pts = [(a, b) for a, b in zip(log[x], log.get(y, [])) if a is not None and b is not None]
+    return [a for a, _ in pts], [b for _, b in pts]
+
+
+def draw(run_dir, path):
+    """Draw run_dir's curves into path; returns the panels' titles, in order."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    log = read_log(run_dir)
+    if log is None or not log.get('step'):
+        raise ValueError(f"{run_dir} has no log.csv rows yet (train.py writes one at each evaluation)")
+    info = {}
+    if os.path.isfile(os.path.join(run_dir, 'run.json')):
+        with open(os.path.join(run_dir, 'run.json')) as f:
+            info = json.load(f)
+    mcfg = info.get('model_config', {})
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    ax_loss, ax_lr, ax_rate, ax_speed = axes.flat
+    for col, label in (('train_loss', 'train (top-k routing)'), ('val_loss', 'val, top-k routing'),
+                       ('val_loss_causal', 'val, causal routing')):
+        xs, ys = series(log, 'tokens', col)
+        if xs:
+            ax_loss.plot(xs, ys, marker='.' if len(xs) < 50 else None, label=label)
+    ax_loss.set_ylabel('cross-entropy (nats/token)')
+    ax_loss.legend(fontsize=8)
+    ax_lr.plot(*series(log, 'tokens', 'lr'))
+    ax_lr.set_ylabel('learning rate')
+    rates = [c for c in log if c.startswith('causal_rate_')]
+    for col in sorted(rates, key=lambda c: int(c.rsplit('_', 1)[1])):
+        ax_rate.plot(*series(log, 'tokens', col), label=f"layer {col.rsplit('_', 1)[1]}")
+    if rates:
+        if mcfg.get('capacity') is not None:
+            ax_rate.axhline(mcfg['capacity'], color='k', ls='--', lw=1, label=f"capacity {mcfg['capacity']:.3g}")
+        ax_rate.set_ylabel('share of tokens taken (causal)')
+        ax_rate.legend(fontsize=7, ncol=2)
+    else:
+        ax_rate.text(0.5, 0.5, f"no routed layers ({mcfg.get('model', 'this model')})", ha='center', va='center',
+                     transform=ax_rate.transAxes)
+    ax_speed.plot(*series(log, 'tokens', 'tokens_per_s'))
+    ax_speed.set_ylabel('tokens/s')
+    for ax, title in zip(axes.flat, PANELS):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel('tokens')
+        ax.grid(alpha=0.3)
+    state = 'finished' if info.get('finished') else 'still training, or stopped'
+    layout = f", {info['layout']}" if info.get('layout') else ''
+    fig.suptitle(f"{os.path.basename(os.path.abspath(run_dir))} ({mcfg.get('model', '?')}{layout}; {state}; "
+                 f"{len(log['step'])} rows of log.csv)", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return [ax.get_title() for ax in axes.flat]
+
+
+def main(argv=None):
+    from data.tokenizers import ArgumentParser  # its errors: one line, exit 2
+    p = ArgumentParser(prog='plot_run.py', description="One run's curves (loss, learning rate, routed layers' "
+                       "causal selection rates, tokens/s) from its log.csv, into a PNG; works while it trains.")
+    p.add_argument('run', help='a run folder (train.py --out_dir)')
+    p.add_argument('--out', default=None, help='the PNG to write (default: RUN/curves.png)')
+    cfg = p.parse_args(argv)
+    path = cfg.out or os.path.join(cfg.run, 'curves.png')
+    try:
+        draw(cfg.run, path)
+    except (ValueError, csv.Error) as e:
+        print(f"plot_run.py: error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""plot_run.py: one run's curves from its log.csv, on a tiny trained run, on a run still training (a row cut
+mid-line) and on a dense run; bad input is refused in one line."""
+import shutil
+
+import matplotlib
+
+matplotlib.use('Agg')
+
+import plot_run
+from conftest import TINY, TRAIN, run
+
+TEXT = 'To be, or not to be, that is the question: whether tis nobler in the mind to suffer. '
+
+
+def tiny_run(tmp_path, model):
+    from data.shakespeare.prepare import prepare
+    (tmp_path / 'input.txt').write_text(TEXT * 150)
+    prepare('char', input=str(tmp_path / 'input.txt'), out_dir=str(tmp_path / 'data'))
+    out = tmp_path / model
+    r = run(TRAIN, f'--data_dir={tmp_path / "data"}', f'--model={model}', f'--out_dir={out}', *TINY)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.rstrip().endswith(f'its curves: python plot_run.py {out}'), r.stdout[-300:]
+    return out
+
+
+def test_curves_of_a_routed_run_have_the_four_panels(tmp_path, capsys):
+    out = tiny_run(tmp_path, 'xmod')
+    capsys.readouterr()
+    assert plot_run.main([str(out)]) == 0
+    assert (out / 'curves.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+    assert capsys.readouterr().out.strip() == f'wrote {out / "curves.png"}'
+    titles = plot_run.draw(str(out), str(tmp_path / 'again.png'))
+    assert titles == ['loss', 'learning rate', 'causal selection rate per routed layer', 'tokens/s']
+    log = plot_run.read_log(str(out))
+    assert [c for c in log if c.startswith('causal_rate_')] and log['val_loss_causal'][-1] is not None
+
+
+def test_a_run_still_training_is_drawn_without_its_torn_row(tmp_path):
+    out = tiny_run(tmp_path, 'xmod')
+    live = tmp_path / 'live'
+    shutil.copytree(out, live)
+    text = (live / 'log.csv').read_text()
+    (live / 'log.csv').write_text(text + text.splitlines()[-1][:20])        # a row being written
+    n = len(plot_run.read_log(str(out))['step'])
+    assert len(plot_run.read_log(str(live))['step']) == n
+    assert plot_run.main([str(live), f'--out={tmp_path / "live.png"}']) == 0
+
+
+def test_dense_run_and_bad_input(tmp_path, capsys):
+    out = tiny_run(tmp_path, 'dense')
+    assert plot_run.main([str(out), f'--out={tmp_path / "d.png"}']) == 0
+    capsys.readouterr()
+    assert plot_run.main([str(tmp_path / 'nowhere')]) == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and 'has no log.csv rows yet' in err
+    assert not (tmp_path / 'nowhere').exists()
