@@ -69,6 +69,9 @@ init_from = 'scratch'       # 'scratch' | 'resume' | 'auto' (resume when out_dir
 save_steps = ''             # comma-separated steps whose checkpoint is also kept as out_dir/ckpt_S.pt (branch points)
 overwrite = False           # scratch into an out_dir that already holds a run replaces it only with this
 stop_iter = 0               # stop after this iteration as if killed (0 = off): resume tests, preemption drills
+wandb_log = False           # also log every log.csv row to Weights & Biases (pip install wandb; WANDB_MODE=offline works)
+wandb_project = 'xmod'      # its project
+wandb_run_name = ''         # its run name ('' = out_dir's last folder name)
 # data
 dataset = 'shakespeare'     # reads data/<dataset>/{train.bin, val.bin, meta.pkl}
 data_dir = ''               # a folder with those three files instead (tests, custom corpora)
@@ -136,6 +139,11 @@ def setup_run(argv, lock=None):
     if cfg.cuda_graphs and (device_type != 'cuda' or not cfg.compile):
         raise UserError(f"--cuda_graphs=True captures the compiled training step in CUDA graphs: it needs "
                         f"--compile=True and a CUDA device (here {dev}{'' if cfg.compile else ', compile=False'})")
+    if cfg.wandb_log and rank == 0:
+        try:
+            import wandb  # noqa: F401  (imported only when asked for: not a dependency)
+        except ImportError:
+            raise UserError("--wandb_log=True needs the wandb package: pip install wandb") from None
     dtype, ctx = autocast(cfg.dtype, device_type, cuda_fallback='float16')
     if dtype == 'float16' and device_type not in ('cuda', 'cpu'):
         raise UserError(f"--dtype=float16 needs a CUDA device or the CPU (its grad scaler), not {device_type} "
@@ -403,6 +411,17 @@ def diverged(run, what, value, iter_num, last_eval, advice=''):
 # -----------------------------------------------------------------------------------------------------------------
 # the loop
 
+def start_wandb(run):
+    """nanoGPT's convention: with --wandb_log=True, a Weights & Biases run whose config is this run's, in out_dir
+    (its files under out_dir/wandb/), that train_run logs each log.csv row to. WANDB_MODE=offline keeps it local
+    (`wandb sync` uploads it later). None when not asked for."""
+    if not run.cfg.wandb_log:
+        return None
+    import wandb
+    name = run.cfg.wandb_run_name or os.path.basename(os.path.abspath(run.cfg.out_dir))
+    return wandb.init(project=run.cfg.wandb_project, name=name, dir=run.cfg.out_dir, config=vars(run.cfg))
+
+
 def train(argv):
     lock = run_folder.RunLock()
     try:
@@ -431,6 +450,7 @@ def train_run(argv, lock):
     since_eval_steps = ckpt.get('train_loss_steps', 0)
     run.start.checkpoint = ckpt = None             # free the memory
     info = run.info = start_run(run, raw_model, iter_num)
+    tracker = start_wandb(run) if master else None
     gas_local = cfg.gradient_accumulation_steps // run.world_size
     bar = tqdm(total=n_iters, initial=iter_num, disable=True if not master else None, dynamic_ncols=True,
                unit='it', leave=False)
@@ -466,6 +486,8 @@ def train_run(argv, lock):
             state = checkpoint_state(run, raw_model, optimizer, scaler, iter_num, best_val_loss, last_eval, t0)
             if master:
                 run_folder.append_log(run.start.log_path, row)
+                if tracker:
+                    tracker.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=iter_num)
                 run_folder.save_checkpoint(state, run.start.ckpt_path)
                 train_txt = f"train {train_loss:.4f}, " if train_loss != '' else ''
                 tqdm.write(f"step {iter_num:>6}: {train_txt}val {ev['val_loss']:.4f}, val causal "
@@ -547,6 +569,8 @@ def train_run(argv, lock):
             return 0
 
     bar.close()
+    if tracker:
+        tracker.finish()
     if master:
         info.update(finished=True, final=last_eval)
         run_folder.write_json(run.start.run_path, info)
