@@ -7,24 +7,19 @@ import matplotlib
 matplotlib.use('Agg')
 
 import plot_run
-from conftest import TINY, TRAIN, run
-
-TEXT = 'To be, or not to be, that is the question: whether tis nobler in the mind to suffer. '
+from conftest import TINY, TRAIN, assert_bad_input, run
 
 
-def tiny_run(tmp_path, model):
-    from data.shakespeare.prepare import prepare
-    (tmp_path / 'input.txt').write_text(TEXT * 150)
-    prepare('char', input=str(tmp_path / 'input.txt'), out_dir=str(tmp_path / 'data'))
+def tiny_run(tmp_path, corpus, model):
     out = tmp_path / model
-    r = run(TRAIN, f'--data_dir={tmp_path / "data"}', f'--model={model}', f'--out_dir={out}', *TINY)
+    r = run(TRAIN, f'--data_dir={corpus}', f'--model={model}', f'--out_dir={out}', *TINY)
     assert r.returncode == 0, r.stderr
     assert r.stdout.rstrip().endswith(f'its curves: python plot_run.py {out}'), r.stdout[-300:]
     return out
 
 
-def test_curves_of_a_routed_run_have_the_four_panels(tmp_path, capsys):
-    out = tiny_run(tmp_path, 'xmod')
+def test_curves_of_a_routed_run_have_the_four_panels(tmp_path, corpus, capsys):
+    out = tiny_run(tmp_path, corpus, 'xmod')
     capsys.readouterr()
     assert plot_run.main([str(out)]) == 0
     assert (out / 'curves.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
@@ -35,8 +30,8 @@ def test_curves_of_a_routed_run_have_the_four_panels(tmp_path, capsys):
     assert [c for c in log if c.startswith('causal_rate_')] and log['val_loss_causal'][-1] is not None
 
 
-def test_a_run_still_training_is_drawn_without_its_torn_row(tmp_path):
-    out = tiny_run(tmp_path, 'xmod')
+def test_a_run_still_training_is_drawn_without_its_torn_row(tmp_path, corpus):
+    out = tiny_run(tmp_path, corpus, 'xmod')
     live = tmp_path / 'live'
     shutil.copytree(out, live)
     text = (live / 'log.csv').read_text()
@@ -46,11 +41,9 @@ def test_a_run_still_training_is_drawn_without_its_torn_row(tmp_path):
     assert plot_run.main([str(live), f'--out={tmp_path / "live.png"}']) == 0
 
 
-def test_dense_run_and_bad_input(tmp_path, capsys):
-    out = tiny_run(tmp_path, 'dense')
+def test_dense_run_and_bad_input(tmp_path, corpus, capsys):
+    out = tiny_run(tmp_path, corpus, 'dense')
     assert plot_run.main([str(out), f'--out={tmp_path / "d.png"}']) == 0
     capsys.readouterr()
-    assert plot_run.main([str(tmp_path / 'nowhere')]) == 2
-    err = capsys.readouterr().err
-    assert err.count('\n') == 1 and 'has no log.csv rows yet' in err
+    assert_bad_input(plot_run.main([str(tmp_path / 'nowhere')]), capsys.readouterr().err, 'has no log.csv rows yet')
     assert not (tmp_path / 'nowhere').exists()

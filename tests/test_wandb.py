@@ -8,20 +8,13 @@ import os
 import pytest
 
 import train
-from conftest import TINY
+from conftest import TINY, assert_bad_input
 
 needs_wandb = pytest.mark.skipif(importlib.util.find_spec('wandb') is None, reason='wandb is not installed')
 
 
-def tiny_data(tmp_path):
-    from data.shakespeare.prepare import prepare
-    (tmp_path / 'input.txt').write_text('To be, or not to be, that is the question. ' * 300)
-    prepare('char', input=str(tmp_path / 'input.txt'), out_dir=str(tmp_path / 'data'))
-    return tmp_path / 'data'
-
-
 @needs_wandb
-def test_wandb_offline_logs_what_log_csv_holds(tmp_path, monkeypatch):
+def test_wandb_offline_logs_what_log_csv_holds(tmp_path, corpus, monkeypatch):
     import wandb
     monkeypatch.setenv('WANDB_MODE', 'offline')
     monkeypatch.setenv('WANDB_SILENT', 'true')
@@ -35,7 +28,7 @@ def test_wandb_offline_logs_what_log_csv_holds(tmp_path, monkeypatch):
         return wb
     monkeypatch.setattr(wandb, 'init', init)
     out = tmp_path / 'run'
-    assert train.main([f'--data_dir={tiny_data(tmp_path)}', '--model=xmod', f'--out_dir={out}', *TINY,
+    assert train.main([f'--data_dir={corpus}', '--model=xmod', f'--out_dir={out}', *TINY,
                        '--wandb_log=True', '--wandb_run_name=tiny']) == 0
     runs = [d for d in os.listdir(out / 'wandb') if d.startswith('offline-run-')]
     assert len(runs) == 1 and any(f.endswith('.wandb') for f in os.listdir(out / 'wandb' / runs[0]))
@@ -48,7 +41,7 @@ def test_wandb_offline_logs_what_log_csv_holds(tmp_path, monkeypatch):
         assert set(logged) <= set(row)
 
 
-def test_wandb_log_without_the_package_is_one_line(tmp_path, monkeypatch, capsys):
+def test_wandb_log_without_the_package_is_one_line(tmp_path, corpus, monkeypatch, capsys):
     real_import = builtins.__import__
 
     def no_wandb(name, *args, **kwargs):
@@ -57,7 +50,6 @@ def test_wandb_log_without_the_package_is_one_line(tmp_path, monkeypatch, capsys
         return real_import(name, *args, **kwargs)
     monkeypatch.setattr(builtins, '__import__', no_wandb)
     out = tmp_path / 'run'
-    assert train.main([f'--data_dir={tiny_data(tmp_path)}', f'--out_dir={out}', *TINY, '--wandb_log=True']) == 2
-    err = capsys.readouterr().err
-    assert err.count('\n') == 1 and 'pip install wandb' in err, err
+    rc = train.main([f'--data_dir={corpus}', f'--out_dir={out}', *TINY, '--wandb_log=True'])
+    assert_bad_input(rc, capsys.readouterr().err, 'pip install wandb')
     assert not out.exists()
