@@ -40,7 +40,7 @@ LONG = BUDGETS[-1]
 for corpus in LR:
     print(f'## {corpus} (rate {LR[corpus]})')
     print('seed  tokens  tokens/N_act  dense    X-MoD    Delta')
-    slopes = []
+    slopes, by_budget = [], {}
     for seed in SEEDS:
         x, delta = [], []
         for m in BUDGETS:
@@ -50,16 +50,11 @@ for corpus in LR:
             per_param = m * 1e6 / dense[1]
             x.append(math.log(per_param))
             delta.append(sparse[0] - dense[0])
+            by_budget.setdefault(m, []).append(delta[-1])
             print(f'{seed:>4}  {m:>4}M  {per_param:>12.1f}  {dense[0]:.4f}   {sparse[0]:.4f}   {delta[-1]:+.4f}')
         if len(x) >= 3:
             slopes.append(np.polyfit(x, delta, 1)[0])
             print(f'seed {seed}: slope {slopes[-1]:+.4f} per e-fold of tokens per active parameter')
-    by_budget = {}
-    for seed in SEEDS:
-        for m in BUDGETS:
-            dense, sparse = (final(n) for n in names(corpus, m, seed))
-            if dense and sparse:
-                by_budget.setdefault(m, []).append(sparse[0] - dense[0])
     for m, d in by_budget.items():
         d = np.array(d)
         se = d.std(ddof=1) / math.sqrt(len(d)) if len(d) > 1 else float('nan')
