@@ -43,6 +43,7 @@ from tqdm import tqdm
 
 import law.joint
 import law.rates
+import law.regimes
 import law.report
 from configurator import UserError, run_main
 from law.load import METRICS, WARNINGS, config_key, load_runs, mark_heldout, pair_heldout, pair_runs, warn
@@ -605,6 +606,9 @@ def parse_args(argv):
     p.add_argument('--tuned', action='store_true', help='fit only the runs at their arm\'s best peak learning rate '
                    '(lr_sweep.py\'s rule, law/rates.py: the lowest seed-0 loss of --metric), all seeds; an arm run at '
                    'one rate keeps it. Without it every rate is fitted, each X-MoD run paired with the dense run of its rate')
+    p.add_argument('--regimes', action='store_true', help='instead of the two laws: one law of Delta across corpora, '
+                   'contexts and tokens per active parameter (law/regimes.py), from each corpus\'s tuned runs; '
+                   'writes regimes.json, regimes.md and regimes.png (runs on several corpora are welcome here)')
     p.add_argument('--skip_joint', action='store_true', help='leave out the joint law (law/joint.py; its form '
                    'selection refits it tens of times: minutes on a large sweep)')
     a = p.add_argument_group('the adviser: which routing configuration to choose, from a fit (no runs, no --out)')
@@ -626,6 +630,8 @@ def parse_args(argv):
             p.error('--advise needs --flops=C, the training FLOPs (> 0)')
     elif not cfg.runs or not cfg.out:
         p.error('give the runs to fit and --out DIR (or --advise FIT --flops=C)')
+    if cfg.regimes and (cfg.holdout or cfg.advise):
+        p.error('--regimes holds out its own tests (law/regimes.py): give no --holdout and no --advise')
     return cfg
 
 
@@ -662,7 +668,29 @@ def advise(cfg):
     return 0
 
 
+def regimes(cfg):
+    """fit_law.py --regimes: Delta across corpora, contexts and tokens per active parameter (law/regimes.py)."""
+    WARNINGS.clear()
+    runs = load_runs(cfg.runs, one_corpus=False)
+    result, pairs = law.regimes.fit_regimes(runs, cfg.metric, cfg.bootstrap, cfg.seed)
+    result['warnings'] = list(WARNINGS)
+    command = ('python fit_law.py --regimes ' + ' '.join(cfg.runs) + f' --out {cfg.out}'
+               + (f' --bootstrap {cfg.bootstrap}' if cfg.bootstrap != bootstrap else ''))
+    os.makedirs(cfg.out, exist_ok=True)
+    with open(os.path.join(cfg.out, 'regimes.json'), 'w') as f:
+        json.dump(to_json(dict(result, pairs=pairs)), f, indent=1)
+    md = law.regimes.summary_md(result, pairs, command)
+    with open(os.path.join(cfg.out, 'regimes.md'), 'w') as f:
+        f.write(md)
+    law.regimes.plot(result, pairs, os.path.join(cfg.out, 'regimes.png'))
+    print(md)
+    print(f'wrote {cfg.out}/regimes.json, regimes.md, regimes.png')
+    return result
+
+
 def run(cfg):
+    if cfg.regimes:
+        return regimes(cfg)
     WARNINGS.clear()
     runs = load_runs(cfg.runs)
     n_loaded = len(runs)

@@ -6,6 +6,7 @@ law/: what fit_law.py and lr_sweep.py, the scripts at the root, are made of.
     joint.py    the joint law of dense and X-MoD losses (fit.json's `joint`) and fit_law.py --advise
     rates.py    the best peak learning rate per arm, Delta at tuned and at shared rates (lr_sweep.py, --tuned)
     report.py   what a fit says for people: summary.md, the plots, the printed lines
+    regimes.py  fit_law.py --regimes: one law of Delta across corpora, contexts and tokens per active parameter
 
 The dense and relative laws themselves are fitted in fit_law.py, which a reader of the tutorial (chapter 11) reads
 top to bottom.

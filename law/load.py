@@ -230,7 +230,9 @@ def load_run(d):
                 partner=None, heldout=False)
 
 
-def load_runs(patterns):
+def load_runs(patterns, one_corpus=True):
+    """The finished runs of patterns, each read once, in one canonical order. one_corpus=False lets runs on several
+    corpora in (fit_law.py --regimes: a law of Delta, each X-MoD paired on its own corpus); else they are refused."""
     runs = [r for r in (load_run(d) for d in find_run_dirs(patterns)) if r is not None]
     if not runs:
         raise UserError(f'{" ".join(patterns)}: no finished runs')
@@ -251,10 +253,11 @@ def load_runs(patterns):
         unique.append(r)
     runs = unique
     corpora = Counter(r['dataset'] for r in runs)
-    if len(corpora) > 1:        # losses on two corpora are not one law, nor one rate table; nor are they pairs
+    if one_corpus and len(corpora) > 1:        # losses on two corpora are not one law, nor one rate table; nor are they pairs
         raise UserError(f'{" ".join(patterns)}: runs on {len(corpora)} corpora ('
                         + ', '.join(f'{k}: {n}' for k, n in sorted(corpora.items()))
-                        + '): a law or a rate table is per corpus; give the runs of one')
+                        + '): a law or a rate table is per corpus; give the runs of one (Delta across corpora: '
+                        'fit_law.py --regimes)')
     # one canonical order, by configuration and seed, whatever the order and globs of the arguments: the bootstrap's
     # resamples then draw the same runs, so any command line gives the same fit.json
     runs.sort(key=lambda r: (config_key(r['config'], with_seed=False), r['seed']))
@@ -287,6 +290,7 @@ def pair_runs(runs):
     sparse = [r for r in runs if r['model'] != 'dense']
     for r in sparse:
         cands = [d for d in dense if d['n_embd'] == r['n_embd'] and d['T'] == r['T'] and d['seed'] == r['seed']
+                 and d['dataset'] == r['dataset']
                  and abs(d['tokens'] - r['tokens']) <= TOKENS_TOL * max(d['tokens'], r['tokens'])
                  and abs(r['fpt'] / d['fpt'] - 1) <= FPT_TOL]
         if cands:
