@@ -7,7 +7,8 @@ The tutorial's chapters as notebooks, built from the Markdown and never edited b
 
 A chapter's examples (```python blocks with >>> prompts, which pytest runs as doctests) become code cells: each
 example's source, prompts stripped; the notebook prints what the doctest checks. Code the chapter quotes from the
-repository (```python blocks without prompts) stays in the markdown, as do the prose and the figures. jupytext reads
+repository (```python blocks without prompts) stays in the markdown, as do the prose, the figures and the shell
+commands (```bash blocks: the reader runs them in a terminal; in a cell, "Run all" would start an hour's sweep). jupytext reads
 the result as Markdown; the cells get ids from their position, so a rebuild of an unchanged chapter is byte-identical.
 
 The first cell makes a notebook work where it is opened: in tutorial/notebooks/ of a checkout it moves to the
@@ -23,6 +24,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, 'notebooks')
 BLOCK = re.compile(r'^```python\n(.*?)^```\n?', re.S | re.M)
+OTHER = re.compile(r'^```(?!python\n)\w+\n.*?^```\n?', re.S | re.M)     # ```bash, ```text, ...: shown, never run
 
 SETUP = '''# Setup: find the repository (or clone it on a fresh machine), then put it on the import path.
 import os, subprocess, sys
@@ -40,6 +42,9 @@ sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), 'tutorial')]'''
 
 def chapter_markdown(text):
     """The chapter as jupytext Markdown: examples as ```python code cells, quoted code as markdown regions."""
+    # a shell block is a command for the reader's terminal (some train for minutes or run a sweep for hours): as a
+    # %%bash cell, "Run all" would start it, so it stays in the markdown, as output blocks do
+    text = OTHER.sub(lambda m: f"<!-- #region -->\n{m.group(0)}<!-- #endregion -->\n", text)
     parser, out, at = doctest.DocTestParser(), [], 0
     for m in BLOCK.finditer(text):
         out.append(text[at:m.start()])
