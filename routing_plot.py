@@ -425,8 +425,9 @@ def draw_skip(path, report, primary, title):
     ax_d.set_xticks([r['depth'] for r in rows])
     c = report['correlation'][primary]['spearman']
     ax_d.set_xlabel(f"routed depth (of {report['routed_layers']} routed layers; numbers: tokens)")
-    ax_d.set_ylabel(f'mean loss under {primary} (bars: standard error)')
-    ax_d.set_title(f"Spearman {c['value']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]", fontsize=9, loc='left')
+    ax_d.set_ylabel('mean loss under the dense run (bars: standard error)')    # its name, long, goes in the title
+    ax_d.set_title(f"dense run: {primary}\nSpearman {c['value']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]", fontsize=9,
+                   loc='left')
     names = list(report['classes'])
     cl = report['classes']
     ax_c.bar(range(len(names)), [cl[n]['taken'] for n in names], color='#225ea8')
