@@ -195,7 +195,7 @@ class Attention(nn.Module):
     def qkv(self, x, pos):
         """x (B, T, C) -> q, k, v (B, nh, T, hs), q and k rotated by RoPE at pos (T,) or (B, T): each token's ORIGINAL
         position in its sequence. After a routed gather the tokens are a subsequence, and RoPE must still rotate them
-        by where they were, not by 0..k-1 (a known bug of public MoD code). The one home of that rule."""
+        by where they were, not by 0..k-1 (a known bug of public MoD code)."""
         B, T, C = x.size()
         qkv = self.c_attn(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
         # the tables in q and k's dtype: float32 tables would promote autocast's bf16 q and k to float32 (extra
@@ -287,8 +287,8 @@ def capacity_k(capacity, T):
 
 def topk_cut(scores, k):
     """The k highest entries of the last dim and a cut between the k-th and the (k+1)-th, so that exactly those k
-    have scores > cut (with k = all of them, a cut below the lowest). The one home of the cut-off rule: top-k routing
-    cuts each sequence here, the causal threshold tracks the cut of the whole batch.
+    have scores > cut (with k = all of them, a cut below the lowest). Top-k routing cuts each sequence here, the
+    causal threshold tracks the cut of the whole batch.
     scores (..., n) -> cut (...), order (..., k): the top k's indices, highest score first."""
     n = scores.size(-1)
     top, order = torch.topk(scores, min(k + 1, n), dim=-1)             # (..., k+1), highest first
@@ -439,7 +439,7 @@ class RoutedBlock(nn.Module):
 
     def __init__(self, config, layer_idx):
         super().__init__()
-        self.layer_idx, self.capacity, self.impl = layer_idx, config.capacity, config.impl
+        self.capacity, self.impl = config.capacity, config.impl
         self.block = Block(config)
         self.router = Router(config, layer_idx)
 
@@ -554,8 +554,8 @@ class RoutedBlock(nn.Module):
 # 5. The small MoE: token-choice top-k over experts, Switch balancing, z-loss, capacity factor
 
 def expert_capacity(config, N, routing='topk'):
-    """Slots per expert for a batch of N tokens: ceil(capacity_factor * top_k * N / E), at most N. The one home of
-    the rule (MoE routing and flops_per_token). A batch-wide capacity makes a token's fate depend on later
+    """Slots per expert for a batch of N tokens: ceil(capacity_factor * top_k * N / E), at most N (MoE routing and
+    flops_per_token). A batch-wide capacity makes a token's fate depend on later
     positions, so causal routing gives every expert room for all N tokens: it drops nothing."""
     if routing == 'causal':
         return N
