@@ -195,7 +195,7 @@ class Attention(nn.Module):
     def qkv(self, x, pos):
         """x (B, T, C) -> q, k, v (B, nh, T, hs), q and k rotated by RoPE at pos (T,) or (B, T): each token's ORIGINAL
         position in its sequence. After a routed gather the tokens are a subsequence, and RoPE must still rotate them
-        by where they were, not by 0..k-1 (a known bug of public MoD code). The one home of that rule."""
+        by where they were, not by 0..k-1 (a known bug of public MoD code)."""
         B, T, C = x.size()
         qkv = self.c_attn(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
         # the tables in q and k's dtype: float32 tables would promote autocast's bf16 q and k to float32 (extra
@@ -207,25 +207,22 @@ class Attention(nn.Module):
         return q, k, qkv[2]
 
     def forward(self, x, pos, cache=None):
-        """Causal attention among the tokens of x (B, T, C), in the given order, at positions pos (qkv). cache:
-        generation's prefill, which keeps every token's key and value (after RoPE) in it."""
+        """Causal attention among the tokens of x (B, T, C), in the given order, at positions pos (qkv).
+        cache (generation): empty, it keeps every token's key and value (after RoPE): the prompt in one pass.
+        Once it holds the prompt, x (n, 1, C) is the next token of each sequence cache.seqs (None: all) at
+        positions pos (n, 1): its key and value join the cache and it attends over all its sequence has cached
+        (all earlier: no causal mask; a padding mask where sequences hold different numbers of tokens)."""
         B, T, C = x.size()
         q, k, v = self.qkv(x, pos)
+        if cache is not None and cache.prefilled:
+            keys, values, valid = cache.read(cache.seqs, cache.append(cache.seqs, pos[:, 0], k, v))
+            y = F.scaled_dot_product_attention(q, keys, values, attn_mask=valid)   # (n, nh, 1, hs)
+            return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
         if cache is not None:
             cache.fill(pos, k, v)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
-
-    def decode(self, x, pos, cache, rows):
-        """One new token for each of the sequences `rows` (n,), or of all (None): x (n, 1, C) at positions pos (n,).
-        Its key and value join the cache, and it attends over everything its sequence has cached (all earlier, so no
-        causal mask; a padding mask where sequences have cached different numbers of tokens)."""
-        n, _, C = x.size()
-        q, k, v = self.qkv(x, pos.unsqueeze(1))                              # (n, nh, 1, hs) each
-        keys, values, valid = cache.read(rows, cache.append(rows, pos, k, v))   # (n, nh, L, hs) each
-        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=valid)   # (n, nh, 1, hs)
-        return self.c_proj(y.transpose(1, 2).reshape(n, 1, C))
 
 
 class MLP(nn.Module):
@@ -244,6 +241,7 @@ class Block(nn.Module):
     """A pre-norm transformer block. `delta` is its update f(x) = attn + mlp: the block's output is x + f(x).
     Routed layers add g * w(r) * f(x) instead, so the residual x is added exactly once (public MoD code that adds
     the block's *output* x + f(x) back onto x counts the residual twice)."""
+    kind = 'dense'
 
     def __init__(self, config, mlp=None):
         super().__init__()
@@ -252,42 +250,30 @@ class Block(nn.Module):
         self.ln_2 = nn.RMSNorm(config.n_embd)
         self.mlp = mlp if mlp is not None else MLP(config)
 
-    def forward(self, x, pos, routing='topk'):
+    def forward(self, x, pos, routing='topk', cache=None):
         """A dense layer (an anchor): every token, in either routing mode. Every layer of GPT is called the same
-        way, x, aux = layer(x, pos, routing); a dense layer has nothing to route and nothing to report."""
-        f, aux = self.update(x, self.attn(self.ln_1(x), pos), routing)
+        way, x, aux = layer(x, pos, routing, cache); a dense layer has nothing to route and nothing to report.
+        cache: generation's KV cache (Attention.forward), the prompt in one pass or one new token."""
+        f, aux = self.update(x, self.attn(self.ln_1(x), pos, cache), routing)
         return x + f, aux
 
-    def delta(self, x, pos, cache=None, rows=None):
-        """The update f(x) alone, for a routed layer's selected tokens x (B, k, C) at positions pos. rows (n,): the
+    def delta(self, x, pos, cache=None, slots=None):
+        """The update f(x) alone, for a routed layer's selected tokens x (B, k, C) at positions pos. slots (n,): the
         MLP runs on these rows of the flattened (B*k, C) only, packed, and f is (n, C) (causal routing's real slots:
         attention needs each sequence's tokens side by side, the MLP, 2/3 of the FLOPs, needs no neighbours)."""
         a = self.attn(self.ln_1(x), pos, cache)                           # (B, k, C)
-        if rows is not None:
-            x, a = x.flatten(0, 1)[rows], a.flatten(0, 1)[rows]             # (n, C) each
+        if slots is not None:
+            x, a = x.flatten(0, 1)[slots], a.flatten(0, 1)[slots]           # (n, C) each
         return self.update(x, a)[0]
 
     def update(self, x, a, routing='topk'):
-        """Attention, then MLP: f = a + mlp(ln_2(x + a)) from the attention's output a, and what the MLP reports.
-        The one home of the block's update, for a full pass, generation's prefill and one decoding step."""
+        """Attention, then MLP: f = a + mlp(ln_2(x + a)) from the attention's output a, and what the MLP reports."""
         m, aux = self.ffn(self.ln_2(x + a), routing)
         return a + m, aux
 
     def ffn(self, h, routing):
         """The MLP on the normed stream h, and its aux: {} here; MoEBlock puts its mixture of experts here."""
         return self.mlp(h), {}
-
-    def decode(self, x, pos, cache):
-        """Generation, one new token per sequence: x (B, 1, C) at positions pos (B,). A dense layer takes it."""
-        return x + self.decode_delta(x, pos, cache, None)                 # every sequence: no index ops
-
-    def decode_delta(self, x, pos, cache, rows):
-        """f(x) for one new token of each sequence in rows, with the layer's KV cache (generation)."""
-        return self.update(x, self.attn.decode(self.ln_1(x), pos, cache, rows), 'causal')[0]
-
-    def prefill(self, x, pos, cache):
-        """Generation's prompt, x (B, T, C) at positions pos (T,), in one causal pass that fills the cache."""
-        return x + self.update(x, self.attn(self.ln_1(x), pos, cache), 'causal')[0]
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -301,8 +287,8 @@ def capacity_k(capacity, T):
 
 def topk_cut(scores, k):
     """The k highest entries of the last dim and a cut between the k-th and the (k+1)-th, so that exactly those k
-    have scores > cut (with k = all of them, a cut below the lowest). The one home of the cut-off rule: top-k routing
-    cuts each sequence here, the causal threshold tracks the cut of the whole batch.
+    have scores > cut (with k = all of them, a cut below the lowest). Top-k routing cuts each sequence here, the
+    causal threshold tracks the cut of the whole batch.
     scores (..., n) -> cut (...), order (..., k): the top k's indices, highest score first."""
     n = scores.size(-1)
     top, order = torch.topk(scores, min(k + 1, n), dim=-1)             # (..., k+1), highest first
@@ -449,17 +435,25 @@ class RoutedBlock(nn.Module):
                         threshold, which uses no other position. The number taken varies per sequence.
     Selected tokens keep their order and their original positions; attention runs among them only, causally.
     The update is gated: x_i <- x_i + gate(r_i) * f(x_i)."""
+    kind = 'routed'
 
     def __init__(self, config, layer_idx):
         super().__init__()
-        self.layer_idx, self.capacity, self.impl = layer_idx, config.capacity, config.impl
+        self.capacity, self.impl = config.capacity, config.impl
         self.block = Block(config)
         self.router = Router(config, layer_idx)
 
-    def forward(self, x, pos, routing='topk'):
+    def forward(self, x, pos, routing='topk', cache=None):
         """x (B, T, C) -> x, aux. aux: this layer's scores and selection; in top-k mode also the router's BCE and
-        its soft choice of each token, for depth balancing."""
+        its soft choice of each token, for depth balancing. cache (generation, causal routing): the prompt in
+        one pass fills it with the tokens taken; once filled, x (B, 1, C) is each sequence's next token."""
         B, T, C = x.size()
+        if cache is not None:                   # the threshold and the router's weight, read once per generation
+            r = self.router(x, pos, cache.router_weight)                    # (B, T)
+            if cache.prefilled:
+                return self.forward_step(x, pos, r, cache)
+            mask = r > cache.threshold
+            return self.forward_fast_causal(x, mask, self.router.gate(r), cache), dict(scores=r, mask=mask)
         r = self.router(x, pos)                                             # (B, T)
         w = self.router.gate(r)                                             # (B, T)
         if routing == 'topk':
@@ -480,28 +474,6 @@ class RoutedBlock(nn.Module):
             x = self.forward_fast_causal(x, mask, w)
         aux.update(scores=r, mask=mask)
         return x, aux
-
-    def decode(self, x, pos, cache):
-        """Generation, one new token per sequence: x (B, 1, C) at positions pos (B,). The router scores it; where the
-        score does not pass the calibrated threshold the layer does nothing more for it (no attention, no MLP,
-        nothing cached). The others attend over the tokens this layer took before in their own sequence."""
-        r = self.router(x, pos.unsqueeze(1), cache.router_weight)           # (B, 1); the weight read once
-        take = r[:, 0] > cache.threshold                                    # (B,) the calibrated threshold
-        if x.size(0) == 1:                  # batch 1: a Python branch, no index ops (most tokens are skipped here)
-            if not take.item():
-                return x
-            return x + (self.router.gate(r).unsqueeze(-1) * self.block.decode_delta(x, pos, cache, None)).to(x.dtype)
-        rows = take.nonzero().squeeze(1)                                    # (n,) sequences whose token is taken
-        if rows.numel() == 0:
-            return x
-        f = self.block.decode_delta(x[rows], pos[rows], cache, rows)        # (n, 1, C)
-        return x.index_add(0, rows, (self.router.gate(r[rows]).unsqueeze(-1) * f).to(x.dtype))   # x + gated f there
-
-    def prefill(self, x, pos, cache):
-        """Generation's prompt in one causal pass (pos: 0..T-1): the tokens whose scores pass the threshold go
-        through the block, as in forward_fast_causal, and only they fill the cache."""
-        r = self.router(x, pos, cache.router_weight)                        # (B, T)
-        return self.forward_fast_causal(x, r > cache.threshold, self.router.gate(r), cache)
 
     def forward_naive(self, x, mask, w):
         """The idea, plainly: for each sequence, pick its selected tokens with a boolean mask, run the block on that
@@ -546,23 +518,44 @@ class RoutedBlock(nn.Module):
         first = torch.where(mask, 0, T) + torch.arange(T, device=x.device)  # selected positions sort first
         idx = first.argsort(dim=1)[:, :k_max]                               # (B, k_max) positions, ascending
         real = torch.arange(k_max, device=x.device) < counts.unsqueeze(1)   # (B, k_max)
-        rows = real.logical_not().flatten().argsort(stable=True)[:n]        # (n,) real slots of (B*k_max), in order
-        token = (idx + T * torch.arange(B, device=x.device).unsqueeze(1)).flatten()[rows]   # (n,) their rows in (B*T)
+        slots = real.logical_not().flatten().argsort(stable=True)[:n]       # (n,) real slots of (B*k_max), in order
+        token = (idx + T * torch.arange(B, device=x.device).unsqueeze(1)).flatten()[slots]   # (n,) their rows in (B*T)
         xs = torch.gather(x, 1, idx.unsqueeze(-1).expand(-1, -1, C))        # (B, k_max, C)
         # plain causal attention suffices: a real slot's earlier slots are all real; what padding computes is dropped
-        f = self.block.delta(xs, idx, cache=cache, rows=rows)               # (n, C); RoPE at positions idx
+        f = self.block.delta(xs, idx, cache=cache, slots=slots)             # (n, C); RoPE at positions idx
         if cache is not None:
             cache.keep(counts)                                              # the padding slots are not cached
-        ws = (w.flatten()[token] * real.flatten()[rows]).unsqueeze(-1)      # (n, 1); 0 on a padding slot
+        ws = (w.flatten()[token] * real.flatten()[slots]).unsqueeze(-1)     # (n, 1); 0 on a padding slot
         return x.flatten(0, 1).index_add(0, token, (ws * f).to(x.dtype)).view(B, T, C)
+
+    def forward_step(self, x, pos, r, cache):
+        """Generation's next token of each sequence, x (B, 1, C) at positions pos (B, 1), scored r (B, 1), with
+        the KV cache. Where its score does not pass the threshold the layer does nothing more for it (no
+        attention, no MLP, nothing cached); the others attend over the tokens this layer took before in their
+        own sequence."""
+        mask = r > cache.threshold                                          # (B, 1)
+        aux = dict(scores=r, mask=mask)
+        if x.size(0) == 1:                  # batch 1: a Python branch, no index ops (most tokens are skipped here)
+            if not mask.item():
+                return x, aux
+            f = self.block.delta(x, pos, cache)                             # (1, 1, C)
+            return x + (self.router.gate(r).unsqueeze(-1) * f).to(x.dtype), aux
+        seqs = mask[:, 0].nonzero().squeeze(1)                              # (n,) sequences whose token is taken
+        if seqs.numel() == 0:
+            return x, aux
+        cache.seqs = seqs                   # Attention.forward appends to and reads these sequences only
+        f = self.block.delta(x[seqs], pos[seqs], cache)                     # (n, 1, C)
+        cache.seqs = None
+        w = self.router.gate(r[seqs]).unsqueeze(-1)                         # (n, 1, 1)
+        return x.index_add(0, seqs, (w * f).to(x.dtype)), aux               # x + gated f there
 
 
 # ----------------------------------------------------------------------------------------------------------------------
 # 5. The small MoE: token-choice top-k over experts, Switch balancing, z-loss, capacity factor
 
 def expert_capacity(config, N, routing='topk'):
-    """Slots per expert for a batch of N tokens: ceil(capacity_factor * top_k * N / E), at most N. The one home of
-    the rule (MoE routing and flops_per_token). A batch-wide capacity makes a token's fate depend on later
+    """Slots per expert for a batch of N tokens: ceil(capacity_factor * top_k * N / E), at most N (MoE routing and
+    flops_per_token). A batch-wide capacity makes a token's fate depend on later
     positions, so causal routing gives every expert room for all N tokens: it drops nothing."""
     if routing == 'causal':
         return N
@@ -649,6 +642,7 @@ class MoE(nn.Module):
 
 class MoEBlock(Block):
     """A block whose MLP is the MoE: attention is dense, the MLP is a mixture. Same weights' names as Block."""
+    kind = 'moe'
 
     def __init__(self, config):
         super().__init__(config, mlp=MoE(config))
@@ -995,21 +989,23 @@ class KVCache:
         self.length = torch.zeros(B, dtype=torch.long, device=device)
         self.filled = 0       # the longest row, a Python int: rows all that long read plain views (no mask, no sync)
         self.threshold, self.router_weight = threshold, router_weight   # a routed layer's, fixed while generating
+        self.prefilled = False    # holds the prompt: from then on each forward brings one token per sequence
+        self.seqs = None          # the sequences a step's tokens belong to (a routed layer's taken ones); None: all
 
-    def append(self, rows, pos, k, v):
-        """rows (n,) the sequences taking a token at positions pos (n,), or None for all of them, when all have the
+    def append(self, seqs, pos, k, v):
+        """seqs (n,) the sequences taking a token at positions pos (n,), or None for all of them, when all have the
         same length (a dense layer; a routed layer at batch 1); k, v (n, nh, 1, hs), in any dtype (autocast gives
-        bf16 values): they are written in the cache's own. Returns the rows' lengths (n,) after it (None: all)."""
-        if rows is None:
+        bf16 values): they are written in the cache's own. Returns the seqs' lengths (n,) after it (None: all)."""
+        if seqs is None:
             at = self.filled
             self.k[:, :, at], self.v[:, :, at], self.pos[:, at] = k[:, :, 0], v[:, :, 0], pos   # copy_ casts
             self.length += 1
             self.filled += 1
             return None
-        at = self.length[rows]                                          # (n,) the next free slot of each row
-        self.k[rows, :, at], self.v[rows, :, at] = k[:, :, 0].to(self.k.dtype), v[:, :, 0].to(self.v.dtype)
-        self.pos[rows, at] = pos
-        self.length[rows] = at + 1
+        at = self.length[seqs]                                          # (n,) the next free slot of each row
+        self.k[seqs, :, at], self.v[seqs, :, at] = k[:, :, 0].to(self.k.dtype), v[:, :, 0].to(self.v.dtype)
+        self.pos[seqs, at] = pos
+        self.length[seqs] = at + 1
         self.filled = max(self.filled, int(at.max()) + 1)              # lengths only grow
         return at + 1
 
@@ -1020,21 +1016,22 @@ class KVCache:
         self.k[:, :, :L], self.v[:, :, :L], self.pos[:, :L] = k, v, pos
         self.length = torch.full_like(self.length, L)
         self.filled = L
+        self.prefilled = True
 
     def keep(self, counts):
         """After a padded fill: only the first counts (B,) slots of each row are real tokens (a routed prefill)."""
         self.length, self.filled = counts.clone(), int(counts.max())
 
-    def read(self, rows, length=None):
-        """k, v (n, nh, L, hs) of the sequences `rows` (None: all, of equal length) and a mask of their real slots
-        (n, 1, 1, L), None when every slot is real; length (n,): the rows' lengths (append returns them). L is the
+    def read(self, seqs, length=None):
+        """k, v (n, nh, L, hs) of the sequences `seqs` (None: all, of equal length) and a mask of their real slots
+        (n, 1, 1, L), None when every slot is real; length (n,): the seqs' lengths (append returns them). L is the
         longest row of the whole batch (filled, known without a sync); the mask hides the rest."""
         L = self.filled
-        if rows is None:
+        if seqs is None:
             return self.k[:, :, :L], self.v[:, :, :L], None
-        length = self.length[rows] if length is None else length
+        length = self.length[seqs] if length is None else length
         valid = torch.arange(L, device=self.k.device) < length.unsqueeze(1)       # (n, L)
-        return self.k[rows, :, :L], self.v[rows, :, :L], valid[:, None, None, :]
+        return self.k[seqs, :, :L], self.v[seqs, :, :L], valid[:, None, None, :]
 
 
 def new_caches(model, B, device):
@@ -1044,8 +1041,8 @@ def new_caches(model, B, device):
     model.warn_if_uncalibrated()
     dtype = model.lm_head.weight.dtype
     return [KVCache(B, c.n_head, c.n_embd // c.n_head, c.block_size, device, dtype,
-                    *((layer.router.threshold(), layer.router.unit_weight()) if kind == 'routed' else ()))
-            for kind, layer in zip(layer_kinds(c), model.transformer.h)]
+                    *((layer.router.threshold(), layer.router.unit_weight()) if layer.kind == 'routed' else ()))
+            for layer in model.transformer.h]
 
 
 @torch.no_grad()
@@ -1055,7 +1052,7 @@ def prefill(model, idx, caches):
     x = model.transformer.wte(idx)                                      # (B, T, C)
     pos = torch.arange(idx.size(1), device=idx.device)
     for layer, cache in zip(model.transformer.h, caches):
-        x = layer.prefill(x, pos, cache)
+        x, _ = layer(x, pos, 'causal', cache)
     return model.lm_head(model.transformer.ln_f(x[:, -1]))
 
 
@@ -1064,9 +1061,9 @@ def decode_next(model, idx, pos, caches):
     """Logits (B, V) of the token after idx (B,) at position pos (an int), every layer run once for that token with
     its KV cache. Equals the causal forward's logits at pos."""
     x = model.transformer.wte(idx).unsqueeze(1)                         # (B, 1, C)
-    p = torch.full((idx.size(0),), pos, dtype=torch.long, device=idx.device)
+    p = torch.full((idx.size(0), 1), pos, dtype=torch.long, device=idx.device)   # (B, 1)
     for layer, cache in zip(model.transformer.h, caches):
-        x = layer.decode(x, p, cache)
+        x, _ = layer(x, p, 'causal', cache)
     return model.lm_head(model.transformer.ln_f(x))[:, 0]
 
 

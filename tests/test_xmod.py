@@ -413,8 +413,8 @@ def test_depth_balancing_cuts_realised_depth_spread_and_causal_rate_is_calibrate
                 if balance > 0:
                     stats = measured(m, *eval_batch, routing='causal')[2]
                     for layer in routed_layers(m):
-                        rate = stats[f'causal_rate_{layer.layer_idx}'].item()
-                        assert 0.7 * 0.25 <= rate <= 1.3 * 0.25, (seed, layer.layer_idx, rate)
+                        rate = stats[f'causal_rate_{layer.router.layer_idx}'].item()
+                        assert 0.7 * 0.25 <= rate <= 1.3 * 0.25, (seed, layer.router.layer_idx, rate)
     off, on = sum(spread[0.0]) / 3, sum(spread[0.1]) / 3
     assert on <= 0.8 * off, spread
 
