@@ -206,16 +206,16 @@ class Attention(nn.Module):
         q, k = apply_rope(qkv[:2], cos, sin)                                # q and k in one rotation: half the ops
         return q, k, qkv[2]
 
-    def forward(self, x, pos, cache=None):
+    def forward(self, x, pos, cache=None, seqs=None):
         """Causal attention among the tokens of x (B, T, C), in the given order, at positions pos (qkv).
         cache (generation): empty, it keeps every token's key and value (after RoPE): the prompt in one pass.
-        Once it holds the prompt, x (n, 1, C) is the next token of each sequence cache.seqs (None: all) at
+        Once it holds the prompt, x (n, 1, C) is the next token of each of the sequences seqs (None: all) at
         positions pos (n, 1): its key and value join the cache and it attends over all its sequence has cached
         (all earlier: no causal mask; a padding mask where sequences hold different numbers of tokens)."""
         B, T, C = x.size()
         q, k, v = self.qkv(x, pos)
         if cache is not None and cache.prefilled:
-            keys, values, valid = cache.read(cache.seqs, cache.append(cache.seqs, pos[:, 0], k, v))
+            keys, values, valid = cache.read(seqs, cache.append(seqs, pos[:, 0], k, v))
             y = F.scaled_dot_product_attention(q, keys, values, attn_mask=valid)   # (n, nh, 1, hs)
             return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
         if cache is not None:
@@ -257,11 +257,12 @@ class Block(nn.Module):
         f, aux = self.update(x, self.attn(self.ln_1(x), pos, cache), routing)
         return x + f, aux
 
-    def delta(self, x, pos, cache=None, slots=None):
+    def delta(self, x, pos, cache=None, slots=None, seqs=None):
         """The update f(x) alone, for a routed layer's selected tokens x (B, k, C) at positions pos. slots (n,): the
         MLP runs on these rows of the flattened (B*k, C) only, packed, and f is (n, C) (causal routing's real slots:
-        attention needs each sequence's tokens side by side, the MLP, 2/3 of the FLOPs, needs no neighbours)."""
-        a = self.attn(self.ln_1(x), pos, cache)                           # (B, k, C)
+        attention needs each sequence's tokens side by side, the MLP, 2/3 of the FLOPs, needs no neighbours).
+        cache and seqs: generation's, as Attention.forward takes them."""
+        a = self.attn(self.ln_1(x), pos, cache, seqs)                     # (B, k, C)
         if slots is not None:
             x, a = x.flatten(0, 1)[slots], a.flatten(0, 1)[slots]           # (n, C) each
         return self.update(x, a)[0]
@@ -543,9 +544,7 @@ class RoutedBlock(nn.Module):
         seqs = mask[:, 0].nonzero().squeeze(1)                              # (n,) sequences whose token is taken
         if seqs.numel() == 0:
             return x, aux
-        cache.seqs = seqs                   # Attention.forward appends to and reads these sequences only
-        f = self.block.delta(x[seqs], pos[seqs], cache)                     # (n, 1, C)
-        cache.seqs = None
+        f = self.block.delta(x[seqs], pos[seqs], cache, seqs=seqs)          # (n, 1, C); only their caches change
         w = self.router.gate(r[seqs]).unsqueeze(-1)                         # (n, 1, 1)
         return x.index_add(0, seqs, (w * f).to(x.dtype)), aux               # x + gated f there
 
@@ -990,7 +989,6 @@ class KVCache:
         self.filled = 0       # the longest row, a Python int: rows all that long read plain views (no mask, no sync)
         self.threshold, self.router_weight = threshold, router_weight   # a routed layer's, fixed while generating
         self.prefilled = False    # holds the prompt: from then on each forward brings one token per sequence
-        self.seqs = None          # the sequences a step's tokens belong to (a routed layer's taken ones); None: all
 
     def append(self, seqs, pos, k, v):
         """seqs (n,) the sequences taking a token at positions pos (n,), or None for all of them, when all have the
