@@ -33,8 +33,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from xmod import layer_kinds
-
 
 @torch.no_grad()
 def routed_pass(model, idx, targets=None, routing='causal'):
@@ -45,8 +43,8 @@ def routed_pass(model, idx, targets=None, routing='causal'):
     model.eval()
     logits, _, aux = model(idx, targets, routing=routing, return_aux=True)
     model.train(was_training)
-    layers = [l for l, kind in enumerate(layer_kinds(model.config)) if kind == 'routed']
-    mask = (torch.stack([aux['layers'][l]['mask'] for l in layers]).cpu().numpy() if layers
+    layers = [l for l, layer in enumerate(model.transformer.h) if layer.kind == 'routed']
+    mask = (torch.stack([aux['layers'][l].mask for l in layers]).cpu().numpy() if layers
             else np.zeros((0, *idx.shape), bool))                                               # (R, B, T)
     out = dict(layers=layers, mask=mask)
     if targets is not None:
@@ -277,7 +275,7 @@ def overlap_main(cfg):
     results = {}
     for d in dirs:
         model, x, _, ckpt = load_run_model(d)
-        if 'routed' not in layer_kinds(model.config):
+        if not model.routed_layers():
             continue
         with torch.no_grad():
             ov = layer_overlap(model, x)
@@ -447,7 +445,7 @@ def skip_main(cfg):
     picture of the first block_size tokens of its validation split (snippet.png)."""
     from data.tokenizers import from_meta
     model, x, y, ckpt = load_run_model(cfg.skip)
-    if 'routed' not in layer_kinds(model.config):
+    if not model.routed_layers():
         return refuse(f"{cfg.skip} has no routed layer")
     name = os.path.basename(os.path.normpath(cfg.skip))
     with torch.no_grad():

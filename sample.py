@@ -19,7 +19,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from configurator import UserError, autocast, configure, defaults_of, one_line, pick_device, run_main
 from run_folder import load_model
-from xmod import WINDOWS, layer_kinds, layout_string
+from xmod import WINDOWS, layout_string
 
 # -----------------------------------------------------------------------------------------------------------------
 out_dir = 'out'             # the run folder holding ckpt.pt
@@ -46,7 +46,7 @@ def sample(argv):
     dev = pick_device(cfg.device)
     device_type = dev.split(':')[0]
     model, ckpt = load_model(cfg.out_dir, dev)      # in eval mode: the causal thresholds stay frozen, dropout off
-    if cfg.show_routing and 'routed' not in layer_kinds(model.config):
+    if cfg.show_routing and not model.routed_layers():
         raise UserError(f"--show_routing: this {model.config.model} model ({layout_string(model.config)}) has no "
                         f"routed layer to draw")
 

@@ -234,7 +234,7 @@ def build_model(run):
         # MoD's plain gate leaves Router.gain out of the graph: DDP must be told some parameters get no gradient.
         # broadcast_buffers=False: the RoPE tables and causal thresholds are the same on every rank by construction
         # (calibrate gathers every rank's scores), and random routing's draw is each rank's own (set_draw)
-        unused = run.mcfg.gate == 'plain' and 'routed' in xmod.layer_kinds(run.mcfg)
+        unused = run.mcfg.gate == 'plain' and bool(raw_model.routed_layers())
         ddp_model = DDP(ddp_model, device_ids=[run.local_rank] if run.device_type == 'cuda' else None,
                         find_unused_parameters=unused, broadcast_buffers=False)
     return raw_model, model, ddp_model, optimizer, scaler
@@ -529,8 +529,8 @@ def train_run(argv, lock):
                 scaler.scale(loss / gas_local).backward()                   # LM + auxiliary losses
             # calibrate reads the scores after the step's last micro-batch: a CUDA-graph replay overwrites its
             # outputs in place, so each micro-batch's scores (B, T) are copied before the next one
-            step_layers.append([{'scores': a['scores'].clone()} if 'scores' in a else {} for a in aux['layers']]
-                               if cfg.cuda_graphs else aux['layers'])
+            step_layers.append([a._replace(scores=a.scores.clone()) if isinstance(a, xmod.RoutedAux) else None
+                                for a in aux['layers']] if cfg.cuda_graphs else aux['layers'])
         raw_model.calibrate(step_layers)      # the causal thresholds: once per step, from the whole global batch
         if cfg.grad_clip > 0:
             scaler.unscale_(optimizer)

@@ -27,7 +27,7 @@ import math
 import warnings
 import zlib
 from dataclasses import dataclass, replace
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import torch.nn as nn
@@ -252,7 +252,7 @@ class Block(nn.Module):
 
     def forward(self, x, pos, routing='topk', cache=None):
         """A dense layer (an anchor): every token, in either routing mode. Every layer of GPT is called the same
-        way, x, aux = layer(x, pos, routing, cache); a dense layer has nothing to route and nothing to report.
+        way, x, aux = layer(x, pos, routing, cache); a dense layer has nothing to route and reports None.
         cache: generation's KV cache (Attention.forward), the prompt in one pass or one new token."""
         f, aux = self.update(x, self.attn(self.ln_1(x), pos, cache), routing)
         return x + f, aux
@@ -273,8 +273,8 @@ class Block(nn.Module):
         return a + m, aux
 
     def ffn(self, h, routing):
-        """The MLP on the normed stream h, and its aux: {} here; MoEBlock puts its mixture of experts here."""
-        return self.mlp(h), {}
+        """The MLP on the normed stream h, and its aux: None here; MoEBlock puts its mixture of experts here."""
+        return self.mlp(h), None
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -429,6 +429,15 @@ class Router(nn.Module):
 # ----------------------------------------------------------------------------------------------------------------------
 # 4. The routed block (MoD and X-MoD)
 
+class RoutedAux(NamedTuple):
+    """What a routed layer reports beside x: the router's verdict on each token. GPT.aux_losses turns it into the
+    router's BCE and depth balancing, GPT.calibrate into the causal threshold, routing_stats into the log."""
+    scores: torch.Tensor                        # (B, T) router scores r, float32
+    mask: torch.Tensor                          # (B, T) bool: the tokens the layer took
+    centred: Optional[torch.Tensor] = None      # (B, T) top-k only: r - cut, > 0 exactly where taken
+    cut: Optional[torch.Tensor] = None          # (B,) top-k only: each sequence's cut (topk_cut)
+
+
 class RoutedBlock(nn.Module):
     """A whole block (attention + MLP) that only some tokens go through; every other token passes untouched.
       routing='topk'   (training): exactly k = capacity_k(c, T) tokens per sequence, the k highest router scores.
@@ -445,8 +454,8 @@ class RoutedBlock(nn.Module):
         self.router = Router(config, layer_idx)
 
     def forward(self, x, pos, routing='topk', cache=None):
-        """x (B, T, C) -> x, aux. aux: this layer's scores and selection; in top-k mode also the router's BCE and
-        its soft choice of each token, for depth balancing. cache (generation, causal routing): the prompt in
+        """x (B, T, C) -> x, aux: a RoutedAux, this layer's scores and selection, in top-k mode also the scores
+        centred on each sequence's cut (the router's BCE, depth balancing). cache (generation, causal routing): the prompt in
         one pass fills it with the tokens taken; once filled, x (B, 1, C) is each sequence's next token."""
         B, T, C = x.size()
         if cache is not None:                   # the threshold and the router's weight, read once per generation
@@ -454,7 +463,7 @@ class RoutedBlock(nn.Module):
             if cache.prefilled:
                 return self.forward_step(x, pos, r, cache)
             mask = r > cache.threshold
-            return self.forward_fast_causal(x, mask, self.router.gate(r), cache), dict(scores=r, mask=mask)
+            return self.forward_fast_causal(x, mask, self.router.gate(r), cache), RoutedAux(r, mask)
         r = self.router(x, pos)                                             # (B, T)
         w = self.router.gate(r)                                             # (B, T)
         if routing == 'topk':
@@ -463,17 +472,16 @@ class RoutedBlock(nn.Module):
             # sequence's own mask is the target of its BCE, whose logits are the scores centred on this sequence's
             # own cut, or the raw scores (router_bce; GPT.aux_losses, all routed layers in one call);
             # sigmoid(centred) is its soft choice, for depth balancing.
-            aux = {'centred': r - cut.unsqueeze(1), 'cut': cut}            # (B, T); > 0 exactly where selected
+            aux = RoutedAux(r, mask, centred=r - cut.unsqueeze(1), cut=cut)
         else:
             idx, mask = None, r > self.router.threshold()                   # causal: token i's own score only
-            aux = {}
+            aux = RoutedAux(r, mask)
         if self.impl == 'naive':
             x = self.forward_naive(x, mask, w)
         elif routing == 'topk':
             x = self.forward_fast(x, idx, w)
         else:
             x = self.forward_fast_causal(x, mask, w)
-        aux.update(scores=r, mask=mask)
         return x, aux
 
     def forward_naive(self, x, mask, w):
@@ -535,7 +543,7 @@ class RoutedBlock(nn.Module):
         attention, no MLP, nothing cached); the others attend over the tokens this layer took before in their
         own sequence."""
         mask = r > cache.threshold                                          # (B, 1)
-        aux = dict(scores=r, mask=mask)
+        aux = RoutedAux(r, mask)
         if x.size(0) == 1:                  # batch 1: a Python branch, no index ops (most tokens are skipped here)
             if not mask.item():
                 return x, aux
@@ -559,6 +567,14 @@ def expert_capacity(config, N, routing='topk'):
     if routing == 'causal':
         return N
     return min(N, math.ceil(config.expert_capacity_factor * config.expert_top_k * N / config.n_expert))
+
+
+class MoEAux(NamedTuple):
+    """What an MoE layer reports beside x: its two losses (GPT.aux_losses) and two statistics (routing_stats)."""
+    balance: torch.Tensor       # () Switch load-balancing loss, 1 when routing is uniform (the log's moe_balance)
+    zloss: torch.Tensor         # () router z-loss (the log's moe_zloss)
+    load: torch.Tensor          # (E,) the fraction of assignments each expert got
+    drop_frac: torch.Tensor     # () the fraction of assignments over an expert's capacity, dropped
 
 
 class MoE(nn.Module):
@@ -592,12 +608,10 @@ class MoE(nn.Module):
         # P_e the mean router probability: equals 1 when routing is uniform.
         load = torch.zeros(self.E, device=x.device).scatter_add(0, tope.flatten(), torch.ones(tope.numel(),
                                                                 device=x.device)) / tope.numel()
-        aux = {
-            'moe_balance': self.E * (load * probs.mean(0)).sum(),
-            'moe_zloss': torch.logsumexp(logits, dim=-1).pow(2).mean(),  # router z-loss (Zoph et al. 2022)
-            'load': load.detach(),
-            'drop_frac': 1.0 - kept.detach().float() / tope.numel(),
-        }
+        aux = MoEAux(balance=self.E * (load * probs.mean(0)).sum(),
+                     zloss=torch.logsumexp(logits, dim=-1).pow(2).mean(),   # router z-loss (Zoph et al. 2022)
+                     load=load.detach(),
+                     drop_frac=1.0 - kept.detach().float() / tope.numel())
         return self.dropout(y.view(B, T, C)), aux
 
     @in_float32
@@ -693,7 +707,8 @@ class GPT(nn.Module):
         honest validation loss). Returns (logits, loss): logits (B, T, V) with targets, else (B, 1, V); loss is
         what training minimises, the LM cross-entropy plus the weighted auxiliary losses (router BCE and depth
         balance in top-k mode, the MoE's always). return_aux=True adds a third value, aux = {'losses': each loss,
-        unweighted and detached, 'lm' the LM cross-entropy; 'layers': what each layer returned}."""
+        unweighted and detached, 'lm' the LM cross-entropy; 'layers': what each layer reported, None from a
+        dense layer, a RoutedAux or an MoEAux}."""
         if routing not in ROUTINGS:
             raise ValueError(f"routing={routing!r} is invalid: allowed {' | '.join(ROUTINGS)}")
         B, T = idx.size()
@@ -729,30 +744,34 @@ class GPT(nn.Module):
                 'moe_balance': c.moe_aux, 'moe_zloss': c.moe_zloss}
 
     def aux_losses(self, layers, T, routing):
-        """The auxiliary losses, unweighted, from what the layers returned (`layers`: one aux dict per layer).
+        """The auxiliary losses, unweighted, from what the layers reported (`layers`: one aux per layer).
         Routed layers give theirs in top-k mode only: in causal mode there is no top-k choice to learn from."""
-        kinds = layer_kinds(self.config)
         learned = routing == 'topk' and self.config.router == 'learned'   # random routing has nothing to learn
-        routed = [a for kind, a in zip(kinds, layers) if kind == 'routed' and learned]
-        moe = [a for kind, a in zip(kinds, layers) if kind == 'moe']
+        kinds = [layer.kind for layer in self.transformer.h]
+        routed = [a for kind, a in zip(kinds, layers) if kind == 'routed' and learned]    # RoutedAux each
+        moe = [a for kind, a in zip(kinds, layers) if kind == 'moe']                       # MoEAux each
         losses = {}
         if routed:
             # every routed layer at once (R, B, T): one BCE (the mean of the layers' equal-sized means) and one
             # sigmoid, the soft choice that depth balancing sums over layers
-            centred = torch.stack([a['centred'] for a in routed])
+            centred = torch.stack([a.centred for a in routed])
             # the BCE's logits: centred on each sequence's cut (X-MoD, our reading: the scores' level is free), or
             # the raw scores (MoD's paper, Raposo et al. 2024: holds the level near 0, and so the plain gate r)
-            logits = centred if self.config.router_bce == 'centred' else torch.stack([a['scores'] for a in routed])
+            logits = centred if self.config.router_bce == 'centred' else torch.stack([a.scores for a in routed])
             losses['router_bce'] = F.binary_cross_entropy_with_logits(
-                logits, torch.stack([a['mask'] for a in routed]).float())
+                logits, torch.stack([a.mask for a in routed]).float())
             target = len(routed) * capacity_k(self.config.capacity, T) / T    # c * R, with c as realised at T
             losses['depth_balance'] = depth_balance_loss(torch.sigmoid(centred), target)
             if self.config.router_zloss > 0:    # an ablation, off by default: logged only when it is on
-                losses['router_zloss'] = torch.stack([a['scores'].square().mean() for a in routed]).mean()
+                losses['router_zloss'] = torch.stack([a.scores.square().mean() for a in routed]).mean()
         if moe:
-            losses['moe_balance'] = sum(a['moe_balance'] for a in moe) / len(moe)
-            losses['moe_zloss'] = sum(a['moe_zloss'] for a in moe) / len(moe)
+            losses['moe_balance'] = sum(a.balance for a in moe) / len(moe)
+            losses['moe_zloss'] = sum(a.zloss for a in moe) / len(moe)
         return losses
+
+    def routed_layers(self):
+        """The routed layers (RoutedBlock), in order."""
+        return [layer for layer in self.transformer.h if layer.kind == 'routed']
 
     @torch.no_grad()
     def calibrate(self, steps_layers):
@@ -760,11 +779,11 @@ class GPT(nn.Module):
         global batch. steps_layers: aux['layers'] of each micro-batch of the step (forward(..., return_aux=True) in
         training). Under DDP every rank's scores are gathered, so each rank gets the threshold one process with
         the whole batch would get. (An update at every forward would track micro-batches, and under DDP rank 0's.)"""
-        routed = [l for l, kind in enumerate(layer_kinds(self.config)) if kind == 'routed']
+        routed = [l for l, layer in enumerate(self.transformer.h) if layer.kind == 'routed']
         if not routed:
             return
         # every routed layer at once: one all_gather and one top-k, not one of each per layer (27 at 36 layers)
-        r = torch.stack([torch.cat([layers[l]['scores'].detach() for layers in steps_layers]) for l in routed])
+        r = torch.stack([torch.cat([layers[l].scores.detach() for layers in steps_layers]) for l in routed])
         if torch.distributed.is_available() and torch.distributed.is_initialized():        # r (R, rank rows, T)
             parts = [torch.empty_like(r) for _ in range(torch.distributed.get_world_size())]
             torch.distributed.all_gather(parts, r)
@@ -785,9 +804,8 @@ class GPT(nn.Module):
         depend on the batch size). A learned router has nothing to set."""
         if self.config.router == 'random':
             draw = zlib.crc32(','.join(map(str, key)).encode())
-            for kind, layer in zip(layer_kinds(self.config), self.transformer.h):
-                if kind == 'routed':
-                    layer.router.draw.copy_(torch.tensor([draw, row0]))
+            for layer in self.routed_layers():
+                layer.router.draw.copy_(torch.tensor([draw, row0]))
 
     def warn_if_uncalibrated(self):
         """Causal routing compares scores with the thresholds that calibrate sets once per training step. Never
@@ -795,8 +813,7 @@ class GPT(nn.Module):
         if torch.compiler.is_compiling() or self.calibration_checked:     # compiled: no guard on the flag
             return
         self.calibration_checked = True
-        routers = [h.router for kind, h in zip(layer_kinds(self.config), self.transformer.h) if kind == 'routed']
-        if any(int(router.thr_steps) == 0 for router in routers):
+        if any(int(layer.router.thr_steps) == 0 for layer in self.routed_layers()):
             warnings.warn("causal routing with thresholds that were never calibrated: each routed layer takes the "
                           "tokens whose score is > 0, not a fraction `capacity` of them. Call GPT.calibrate once per "
                           "training step, as train.py does", stacklevel=2)
@@ -818,10 +835,10 @@ class GPT(nn.Module):
         frac = capacity_k(c.capacity, c.block_size) / c.block_size
         count = lambda module: sum(p.numel() for p in module.parameters())
         n = count(self.transformer.ln_f)
-        for kind, layer in zip(layer_kinds(c), self.transformer.h):
-            if kind == 'routed':
+        for layer in self.transformer.h:
+            if layer.kind == 'routed':
                 n += frac * count(layer.block) + count(layer.router)
-            elif kind == 'moe':
+            elif layer.kind == 'moe':
                 n += count(layer) - (c.n_expert - c.expert_top_k) * (layer.mlp.w_fc[0].numel() +
                                                                       layer.mlp.w_proj[0].numel())
             else:
@@ -884,9 +901,9 @@ def routing_stats(model, layers, routing):
     tensors (no host sync); causal mode's names start with causal_. README, "Training: what you get", lists them."""
     stats, depth, drops, prev = {}, 0, [], None
     prefix = '' if routing == 'topk' else 'causal_'
-    for l, (kind, layer, a) in enumerate(zip(layer_kinds(model.config), model.transformer.h, layers)):
-        if kind == 'routed':
-            r, mask = a['scores'], a['mask']
+    for l, (layer, a) in enumerate(zip(model.transformer.h, layers)):
+        if layer.kind == 'routed':
+            r, mask = a.scores, a.mask
             depth = depth + mask.float()                               # (B, T) realised routed depth
             if routing == 'topk':
                 thr = layer.router.threshold()
@@ -898,14 +915,14 @@ def routing_stats(model, layers, routing):
                 if prev is not None:                                   # overlap with the previous routed layer
                     both, either = (mask & prev).sum(1).float(), (mask | prev).sum(1).float()
                     stats[f'jaccard_{l}'] = (both / either.clamp_min(1)).mean()
-                stats[f'margin_{l}'] = ((a['cut'] - thr) / std).mean()   # top-k cut - threshold, in score stds
+                stats[f'margin_{l}'] = ((a.cut - thr) / std).mean()   # top-k cut - threshold, in score stds
                 stats[f'score_std_{l}'] = std.mean()
             else:
                 stats[f'causal_rate_{l}'] = mask.float().mean()       # against capacity c
             prev = mask
-        elif kind == 'moe':
-            stats[f'{prefix}moe_load_max_{l}'] = a['load'].max() * len(a['load'])   # busiest expert; 1 = uniform
-            drops.append(a['drop_frac'])
+        elif layer.kind == 'moe':
+            stats[f'{prefix}moe_load_max_{l}'] = a.load.max() * len(a.load)   # busiest expert; 1 = uniform
+            drops.append(a.drop_frac)
     if torch.is_tensor(depth):
         if routing == 'causal':
             stats['causal_depth_mean'] = depth.mean()

@@ -113,19 +113,19 @@ def test_routers_run_in_float32_under_autocast(model, dtype):
             _, _, aux = m(x, y, routing=routing, return_aux=True)
         for layer, a in zip(m.transformer.h, aux['layers']):
             if isinstance(layer, RoutedBlock):
-                r = a['scores']
+                r = a.scores
                 assert r.dtype == torch.float32
                 assert torch.equal(r, layer.router(seen[layer.router]))              # float32, outside autocast
-                cut = a['cut'].unsqueeze(1) if routing == 'topk' else layer.router.threshold()
-                assert torch.equal(a['mask'], r > cut), routing
+                cut = a.cut.unsqueeze(1) if routing == 'topk' else layer.router.threshold()
+                assert torch.equal(a.mask, r > cut), routing
             elif model == 'moe':
                 xf = seen[layer.mlp].reshape(-1, layer.mlp.w_fc.size(1)).float()
                 logits = F.linear(xf, layer.mlp.router.weight)                         # (N, E) float32
                 want = torch.logsumexp(logits, dim=-1).pow(2).mean()
-                assert rel_err(a['moe_zloss'], want) <= 1e-6
+                assert rel_err(a.zloss, want) <= 1e-6
                 probs = F.softmax(logits, dim=-1)
                 chosen = probs.topk(m.config.expert_top_k).indices.flatten()
-                assert torch.equal(a['load'], torch.bincount(chosen, minlength=8).float() / chosen.numel())
+                assert torch.equal(a.load, torch.bincount(chosen, minlength=8).float() / chosen.numel())
 
 
 @pytest.mark.device

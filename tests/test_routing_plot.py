@@ -76,7 +76,7 @@ def test_routing_png_draws_the_causal_depth(tmp_path, capsys, monkeypatch):
     naive.eval()
     with torch.no_grad():
         _, _, aux = naive(torch.tensor([ids]), routing='causal', return_aux=True)
-    masks = [a['mask'][0].numpy() for a in aux['layers'] if 'mask' in a]          # each (T,) bool
+    masks = [a.mask[0].numpy() for a in aux['layers'] if a is not None]            # each (T,) bool
     assert got['selection']['layers'] == [1, 2, 3]                                   # DrrrD
     assert np.array_equal(got['selection']['mask'], np.stack(masks))
     depth = np.sum(masks, axis=0)

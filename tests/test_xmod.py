@@ -15,6 +15,8 @@ from xmod import (
     GPT,
     GPTConfig,
     MoE,
+    MoEAux,
+    RoutedAux,
     RoutedBlock,
     capacity_k,
     expert_capacity,
@@ -163,7 +165,7 @@ def test_fast_path_compiles_without_graph_breaks(model):
                 le, Le = m(xb, y, routing=routing)
                 assert rel_err(lc, le) <= 1e-4 and rel_err(Lc, Le) <= 1e-4
     if model == 'xmod':
-        counts = [int(m(xb, routing='causal', return_aux=True)[2]['layers'][1]['mask'].sum(1).max())
+        counts = [int(m(xb, routing='causal', return_aux=True)[2]['layers'][1].mask.sum(1).max())
                   for xb in (x, x2)]
         assert counts[0] != counts[1], counts                             # the two batches' k_max really differ
         assert torch._dynamo.utils.counters['stats']['unique_graphs'] == 2   # topk and causal: no recompile
@@ -200,7 +202,7 @@ def record_routed_io(model):
 
     def hook(layer, args, out):
         log.append(dict(layer=layer, x_in=args[0].detach().clone(), x_out=out[0].detach().clone(),
-                        mask=out[1]['mask'], scores=out[1]['scores'].detach()))
+                        mask=out[1].mask, scores=out[1].scores.detach()))
 
     def count(layer, args, out):
         counts.append(args[0].shape[:2])
@@ -436,7 +438,7 @@ def test_moe_balance_loss_is_one_when_uniform_and_drops_are_counted(impl):
         moe.router.weight.zero_()                       # uniform probabilities
     x = torch.randn(2, 16, 32)
     _, aux = moe(x)
-    assert abs(aux['moe_balance'].item() - 1.0) < 1e-6
+    assert isinstance(aux, MoEAux) and abs(aux.balance.item() - 1.0) < 1e-6
     # send every token to experts 0 (first choice) and 1 (second choice)
     with torch.no_grad():
         moe.router.weight.zero_()
@@ -446,10 +448,10 @@ def test_moe_balance_loss_is_one_when_uniform_and_drops_are_counted(impl):
     _, aux = moe(x, 'topk')
     N, cap = 32, math.ceil(1.0 * 2 * 32 / 4)            # 16 slots per expert
     assert cap == expert_capacity(cfg, N)
-    assert abs(aux['drop_frac'].item() - (1 - 2 * cap / (2 * N))) < 1e-6
-    assert aux['load'].tolist() == [0.5, 0.5, 0.0, 0.0]
+    assert abs(aux.drop_frac.item() - (1 - 2 * cap / (2 * N))) < 1e-6
+    assert aux.load.tolist() == [0.5, 0.5, 0.0, 0.0]
     _, aux = moe(x, 'causal')                            # causal routing drops nothing
-    assert aux['drop_frac'].item() == 0.0
+    assert aux.drop_frac.item() == 0.0
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -500,7 +502,7 @@ def test_calibrate_cuts_every_layer_as_update_threshold_does_alone():
         m.calibrate(steps_layers)
         for l, layer in enumerate(ref.transformer.h):
             if isinstance(layer, RoutedBlock):
-                r = torch.cat([layers[l]['scores'] for layers in steps_layers])
+                r = torch.cat([layers[l].scores for layers in steps_layers])
                 layer.router.update_threshold(r, capacity_k(0.25, 32))
     assert len(routed_layers(m)) == 6
     for a, b in zip(routed_layers(m), routed_layers(ref)):
@@ -527,8 +529,8 @@ def test_calibration_is_once_per_step_over_the_whole_batch():
     _, _, aux = big(x, y, return_aux=True)
     k = capacity_k(0.25, 32)
     for layer, a in zip(big.transformer.h, aux['layers']):
-        if 'scores' in a:
-            top = a['scores'].flatten().sort(descending=True).values
+        if isinstance(a, RoutedAux):
+            top = a.scores.flatten().sort(descending=True).values
             assert torch.allclose(layer.router.threshold(), (top[16 * k - 1] + top[16 * k]) / 2, atol=1e-6)
 
 
@@ -571,7 +573,7 @@ def test_router_zloss_is_the_mean_squared_score_and_off_by_default():
     torch.manual_seed(0)
     model = GPT(tiny('xmod', router_zloss=0.5))
     _, loss, aux = model(idx, tgt, return_aux=True)
-    scores = [a['scores'] for a in aux['layers'] if 'centred' in a]
+    scores = [a.scores for a in aux['layers'] if isinstance(a, RoutedAux)]
     expect = torch.stack([s.square().mean() for s in scores]).mean()
     assert torch.allclose(aux['losses']['router_zloss'], expect)
     others = sum(model.loss_weights()[k] * v for k, v in aux['losses'].items() if k not in ('lm', 'router_zloss'))
@@ -639,21 +641,21 @@ def test_random_routing_takes_random_tokens_deterministically_with_the_gain_as_g
     for key in ((0, 5, 0), (0, 5, 0), (0, 6, 0), (1, 5, 0)):
         m.set_draw(*key[:2], row0=key[2])
         _, loss, aux = m(x, y, return_aux=True)
-        masks.setdefault(key, []).append(aux['layers'][1]['mask'])
+        masks.setdefault(key, []).append(aux['layers'][1].mask)
         assert set(aux['losses']) == {'lm'}                     # no router loss: nothing to learn
-        assert aux['layers'][1]['mask'].sum(1).tolist() == [8] * 4
+        assert aux['layers'][1].mask.sum(1).tolist() == [8] * 4
     assert torch.equal(*masks[(0, 5, 0)])                       # the same seed, step and rows: the same draw
     assert not torch.equal(masks[(0, 5, 0)][0], masks[(0, 6, 0)][0])   # another step, another draw
     assert not torch.equal(masks[(0, 5, 0)][0], masks[(1, 5, 0)][0])   # another seed, another draw
     mask = masks[(0, 5, 0)][0]
     assert not torch.equal(mask[0], mask[1])                    # each sequence draws its own tokens
-    assert not torch.equal(aux['layers'][1]['mask'], aux['layers'][3]['mask'])   # each layer too
+    assert not torch.equal(aux['layers'][1].mask, aux['layers'][3].mask)   # each layer too
     # the scores do not depend on the tokens: another batch, the same selection
     m.set_draw(1, 5)
-    assert torch.equal(m(*batch(4, 32, seed=1), return_aux=True)[2]['layers'][1]['mask'], masks[(1, 5, 0)][0])
+    assert torch.equal(m(*batch(4, 32, seed=1), return_aux=True)[2]['layers'][1].mask, masks[(1, 5, 0)][0])
     # rows 2-3 of the batch drawn as a micro-batch of their own (row0 = 2) draw what they drew in the whole batch
     m.set_draw(1, 5, row0=2)
-    assert torch.equal(m(*batch(2, 32, seed=1), return_aux=True)[2]['layers'][1]['mask'], masks[(1, 5, 0)][0][2:])
+    assert torch.equal(m(*batch(2, 32, seed=1), return_aux=True)[2]['layers'][1].mask, masks[(1, 5, 0)][0][2:])
     loss.backward()
     for layer in routed_layers(m):
         assert layer.router.weight.grad is None and not layer.router.weight.requires_grad
