@@ -20,7 +20,8 @@ extends it at min_lr. --init_from=PATH/ckpt_S.pt branches a new run (its own out
 kept step: one long warmup-stable-decay run gives every shorter budget by branching at that budget's cooldown.
 Read it top to bottom, as nanoGPT's: the settings; the config and how the run starts (scratch, resume or a branch,
 decided by run_folder.open_run); the data; the model and its optimizer; the schedule and evaluation; run.json and
-checkpoints; the loop (train_run). What other scripts need of a run (its keys, its plan) is in run_folder.py.
+checkpoints; the loop (train_run; one optimizer step is train_step). What other scripts need of a run (its keys,
+its plan) is in run_folder.py.
 Exit codes: 0 done (or stopped by stop_iter); 2 bad input (one line on stderr, nothing on disk touched);
 3 the loss became NaN or inf (the last good checkpoint is kept); 130 interrupted.
 """
