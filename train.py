@@ -20,7 +20,8 @@ extends it at min_lr. --init_from=PATH/ckpt_S.pt branches a new run (its own out
 kept step: one long warmup-stable-decay run gives every shorter budget by branching at that budget's cooldown.
 Read it top to bottom, as nanoGPT's: the settings; the config and how the run starts (scratch, resume or a branch,
 decided by run_folder.open_run); the data; the model and its optimizer; the schedule and evaluation; run.json and
-checkpoints; the loop (train_run). What other scripts need of a run (its keys, its plan) is in run_folder.py.
+checkpoints; the loop (train_run; one optimizer step is train_step). What other scripts need of a run (its keys,
+its plan) is in run_folder.py.
 Exit codes: 0 done (or stopped by stop_iter); 2 bad input (one line on stderr, nothing on disk touched);
 3 the loss became NaN or inf (the last good checkpoint is kept); 130 interrupted.
 """
@@ -32,7 +33,7 @@ import time
 import types
 import warnings
 from contextlib import nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
@@ -307,6 +308,29 @@ def eval_row(run, model, raw_model):
     return row
 
 
+def log_row(run, model, raw_model, iter_num, progress):
+    """Evaluate, and return log.csv's row of step iter_num: the tokens, FLOPs, learning rate and clock so far,
+    the training loss and speed since the last row (empty at a run's first), then eval_row's. A NaN or inf loss
+    stops the run."""
+    p = progress
+    train_loss = (train_loss_mean(run, p.train_sum, p.train_steps, iter_num, p.last_eval)
+                  if p.train_steps else '')
+    tokens_per_s = (round(p.train_steps * run.tokens_per_iter / (time.time() - p.t_eval_end), 1)
+                    if p.train_steps else '')
+    ev = eval_row(run, model, raw_model)
+    if not all(math.isfinite(v) for v in (ev['val_loss'], ev['val_loss_causal'])):
+        raise diverged(run, 'validation loss', ev['val_loss'], iter_num, p.last_eval)
+    tokens = iter_num * run.tokens_per_iter
+    # model FLOPs utilisation per GPU: training FLOPs/s (3 x forward) over the peak of world_size GPUs; a peak
+    # of 0 (a CPU, an unknown GPU): no mfu
+    peak = configurator.peak_tflops(run.dev, run.dtype, run.cfg.peak_tflops)
+    mfu = (round(3 * run.fpt * tokens_per_s / (peak * 1e12 * run.world_size), 4)
+           if peak and tokens_per_s != '' else '')
+    return {'step': iter_num, 'tokens': tokens, 'flops': 3 * run.fpt * tokens,
+            'lr': get_lr(run.cfg, iter_num, run.schedule_iters), 'elapsed_s': round(time.time() - p.t0, 3),
+            'tokens_per_s': tokens_per_s, 'mfu': mfu, 'train_loss': train_loss, **ev}
+
+
 # -----------------------------------------------------------------------------------------------------------------
 # run.json, checkpoints, a loss that diverged
 
@@ -366,11 +390,51 @@ def start_run(run, raw_model, iter_num):
 
 
 
-def checkpoint_state(run, raw_model, optimizer, scaler, iter_num, best_val_loss, last_eval, t0, train_sum=0.0,
-                     train_steps=0):
+def finish_run(run, info, progress):
+    """Rank 0, at the end: run.json completed (finished, the last evaluation's losses), and what to run next."""
+    last = progress.last_eval
+    info.update(finished=True, final=last)
+    run_folder.write_json(run.start.run_path, info)
+    print(f"done: {run.n_iters:,} iters, {time.time() - progress.t0:.0f}s; val_loss {last['val_loss']:.4f}, "
+          f"val_loss_causal {last['val_loss_causal']:.4f}; sample with: python sample.py "
+          f"--out_dir={run.cfg.out_dir}; its curves: python plot_run.py {run.cfg.out_dir}")
+
+
+@dataclass
+class Progress:
+    """Where training stands besides its step, weights and optimizer: what a checkpoint keeps of it, and what
+    log.csv's rows read. Step losses are summed on the device and brought to the host only at evaluations
+    (one sync each); train_sum is its own sum since the last evaluation, so the progress bar's sum (brought
+    over every log_interval steps) cannot change its rounding."""
+    best_val_loss: float          # the lowest val_loss_causal so far
+    last_eval: dict               # the last evaluation's step, tokens, FLOPs and losses (None before one)
+    t0: float                     # time.time() at the start, less the seconds of the runs this one continues
+    train_sum: torch.Tensor       # (): the LM loss summed over the train_steps steps since the last eval
+    train_steps: int
+    t_eval_end: float             # when the last evaluation ended: log.csv's tokens_per_s counts from there
+
+    @classmethod
+    def of(cls, ckpt, dev):
+        """Step 0's, or the checkpoint's: a resume, or the kept step a branch starts from (a kept step between
+        evaluations carries its training-loss sum, so a branch logs its parent's very train_loss)."""
+        ckpt = ckpt or {}
+        return cls(best_val_loss=ckpt.get('best_val_loss', float('inf')), last_eval=ckpt.get('last_eval'),
+                   t0=time.time() - ckpt.get('elapsed_s', 0.0),
+                   train_sum=torch.full((), ckpt.get('train_loss_sum', 0.0), device=dev),
+                   train_steps=ckpt.get('train_loss_steps', 0), t_eval_end=time.time())
+
+
+def checkpoint_state(run, raw_model, optimizer, scaler, iter_num, progress, kept=False):
     """What a checkpoint holds: enough to continue exactly (weights, optimizer, scaler, every rank's RNG state,
-    the step, which fixes the data position) and to branch (train_sum, train_steps: the training loss summed since
-    the last evaluation, nonzero only in a kept step between evaluations). Call it on every rank."""
+    the step, which fixes the data position) and to branch (kept: a step of --save_steps, which may fall
+    between evaluations, also holds the training loss summed since the last one, averaged over DDP ranks).
+    Call it on every rank."""
+    train_sum, train_steps = 0.0, 0
+    if kept:
+        total = progress.train_sum.clone()
+        if run.ddp:
+            torch.distributed.all_reduce(total, op=torch.distributed.ReduceOp.AVG)
+        train_sum, train_steps = total.item(), progress.train_steps
     rngs = [run_folder.rng_state()]
     if run.ddp:
         rngs = [None] * run.world_size
@@ -378,9 +442,10 @@ def checkpoint_state(run, raw_model, optimizer, scaler, iter_num, best_val_loss,
     return {'model': raw_model.state_dict(), 'optimizer': optimizer.state_dict(), 'scaler': scaler.state_dict(),
             'config': vars(run.cfg), 'model_args': asdict(run.mcfg), 'step': iter_num,
             'data': {'seed': run.cfg.seed, 'step': iter_num, 'tokens': iter_num * run.tokens_per_iter},
-            'n_iters': run.n_iters, 'schedule_iters': run.schedule_iters, 'best_val_loss': best_val_loss,
-            'elapsed_s': time.time() - t0, 'last_eval': last_eval, 'rng': rngs, 'meta': run.meta,
-            'branch_of': run.start.branch, 'train_loss_sum': train_sum, 'train_loss_steps': train_steps}
+            'n_iters': run.n_iters, 'schedule_iters': run.schedule_iters,
+            'best_val_loss': progress.best_val_loss, 'elapsed_s': time.time() - progress.t0,
+            'last_eval': progress.last_eval, 'rng': rngs, 'meta': run.meta, 'branch_of': run.start.branch,
+            'train_loss_sum': train_sum, 'train_loss_steps': train_steps}
 
 
 
@@ -422,6 +487,53 @@ def start_wandb(run):
     return wandb.init(project=run.cfg.wandb_project, name=name, dir=run.cfg.out_dir, config=vars(run.cfg))
 
 
+def train_step(run, raw_model, ddp_model, optimizer, scaler, iter_num):
+    """One optimizer step over gradient_accumulation_steps micro-batches of step iter_num's global batch
+    (under DDP, this rank's share of them). Returns the step's LM loss, a () tensor left on the device."""
+    cfg, T, gas_local = run.cfg, run.cfg.block_size, run.cfg.gradient_accumulation_steps // run.world_size
+    lr = get_lr(cfg, iter_num, run.schedule_iters)
+    for group in optimizer.param_groups:
+        group['lr'] = lr
+    rows = batch_starts(cfg.seed, iter_num, cfg.batch_size * cfg.gradient_accumulation_steps, run.n_train, T)
+    data = open_split(run.folder, 'train')
+    step_loss, step_layers = torch.zeros((), device=run.dev), []
+    for micro in range(gas_local):
+        first = (run.rank * gas_local + micro) * cfg.batch_size       # this rank's slice of the global batch
+        x, y = read_windows(data, rows[first:first + cfg.batch_size], T, run.dev)     # (B, T) each
+        raw_model.set_draw(cfg.seed, iter_num, row0=first)    # random routing's draw for these rows
+        # DDP: all-reduce gradients only on the last micro-batch
+        sync = ddp_model.no_sync() if run.ddp and micro < gas_local - 1 else nullcontext()
+        with sync:
+            if cfg.cuda_graphs:
+                torch.compiler.cudagraph_mark_step_begin()     # a new step: the last replay's outputs may go
+            with run.ctx:
+                _, loss, aux = ddp_model(x, y, return_aux=True)
+            step_loss += aux['losses']['lm'] / gas_local                # the LM loss, for the log
+            scaler.scale(loss / gas_local).backward()                   # LM + auxiliary losses
+        # calibrate reads the scores after the step's last micro-batch: a CUDA-graph replay overwrites its
+        # outputs in place, so each micro-batch's scores (B, T) are copied before the next one
+        step_layers.append([a._replace(scores=a.scores.clone()) if isinstance(a, xmod.RoutedAux) else None
+                            for a in aux['layers']] if cfg.cuda_graphs else aux['layers'])
+    raw_model.calibrate(step_layers)      # the causal thresholds: once per step, from the whole global batch
+    if cfg.grad_clip > 0:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return step_loss
+
+
+def say_threads(run, thread_note, iter_num, may_say):
+    """On a CPU with --threads=0: a line when the thread count has changed and the new count has held
+    (run_folder.ThreadNote), at most once per evaluation interval (may_say). True when rank 0 said one."""
+    threads = thread_note(torch.get_num_threads(), time.time(), may_say=may_say)
+    if threads and run.master:
+        tqdm.write(f"step {iter_num:>6}: CPU threads -> {threads} (the cores other processes leave free; "
+                   f"--threads=N fixes the count)")
+    return bool(threads) and run.master
+
+
 def train(argv):
     lock = run_folder.RunLock()
     try:
@@ -433,150 +545,82 @@ def train(argv):
 
 def train_run(argv, lock):
     run = setup_run(argv, lock)
-    cfg, T, dev, master = run.cfg, run.cfg.block_size, run.dev, run.master
-    n_iters, tokens_per_iter, fpt = run.n_iters, run.tokens_per_iter, run.fpt
+    cfg, master, n_iters = run.cfg, run.master, run.n_iters
     raw_model, model, ddp_model, optimizer, scaler = build_model(run)
     # where training stands: step 0, or the checkpoint's (a resume, or the kept step a branch starts from)
-    ckpt = run.start.checkpoint or {}
-    iter_num = ckpt.get('step', 0)
-    best_val_loss = ckpt.get('best_val_loss', float('inf'))
-    last_eval = ckpt.get('last_eval')              # the last evaluation's step, tokens, FLOPs and losses
-    elapsed = ckpt.get('elapsed_s', 0.0)
-    # Step losses are summed on the device and brought to the host only every log_interval steps and at evals
-    # (one sync each); train_loss is its own sum since the last eval, so log_interval cannot change its rounding.
-    # A kept step between evaluations carries that sum (ckpt_S.pt), so a branch logs its parent's very train_loss.
-    window, window_steps = torch.zeros((), device=dev), 0
-    since_eval = torch.full((), ckpt.get('train_loss_sum', 0.0), device=dev)
-    since_eval_steps = ckpt.get('train_loss_steps', 0)
-    run.start.checkpoint = ckpt = None             # free the memory
+    iter_num = run.start.checkpoint['step'] if run.start.checkpoint else 0
     info = run.info = start_run(run, raw_model, iter_num)
     tracker = start_wandb(run) if master else None
-    gas_local = cfg.gradient_accumulation_steps // run.world_size
     bar = tqdm(total=n_iters, initial=iter_num, disable=True if not master else None, dynamic_ncols=True,
                unit='it', leave=False)
-    t0 = time.time() - elapsed
+    progress = Progress.of(run.start.checkpoint, run.dev)     # best and last evaluation, clock, loss sum
+    run.start.checkpoint = None                    # free the memory
     resumed_at = iter_num if run.start.resume or run.start.branch else -1     # its evaluation is already logged
-    t_mark, tok_mark, t_eval_end = time.time(), iter_num * tokens_per_iter, time.time()
+    window, window_steps, t_mark = torch.zeros((), device=run.dev), 0, time.time()   # the progress bar's sum
     share_cpu = run_folder.cpu_threads(run.device_type, cfg.threads)
     thread_note, said_since_eval = run_folder.ThreadNote(torch.get_num_threads(), time.time()), False
-    peak = configurator.peak_tflops(dev, run.dtype, cfg.peak_tflops)     # 0: no mfu (a CPU, an unknown GPU)
     trained = False                                # a training step done by this process: compiled evaluation
     while True:
         # evaluate, append a row to log.csv, then write the checkpoint (the row first: a kill in between loses the
         # row on resume, never the checkpoint's step)
         if (iter_num % cfg.eval_interval == 0 or iter_num == n_iters) and iter_num != resumed_at:
-            train_loss = (train_loss_mean(run, since_eval, since_eval_steps, iter_num, last_eval)
-                          if since_eval_steps else '')
-            tokens_per_s = (round(since_eval_steps * tokens_per_iter / (time.time() - t_eval_end), 1)
-                            if since_eval_steps else '')
             # before this process's first training step, the eager model: the training graph compiles first, and
             # the evaluation graphs (causal routing's data-dependent sizes) only after a training figure is out
-            ev = eval_row(run, model if trained else raw_model, raw_model)
-            if not all(math.isfinite(v) for v in (ev['val_loss'], ev['val_loss_causal'])):
-                raise diverged(run, 'validation loss', ev['val_loss'], iter_num, last_eval)
-            tokens = iter_num * tokens_per_iter
-            # model FLOPs utilisation per GPU: training FLOPs/s (3 x forward) over the peak of world_size GPUs
-            mfu = (round(3 * fpt * tokens_per_s / (peak * 1e12 * run.world_size), 4)
-                   if peak and tokens_per_s != '' else '')
-            row = {'step': iter_num, 'tokens': tokens, 'flops': 3 * fpt * tokens,
-                   'lr': get_lr(cfg, iter_num, run.schedule_iters), 'elapsed_s': round(time.time() - t0, 3),
-                   'tokens_per_s': tokens_per_s, 'mfu': mfu, 'train_loss': train_loss, **ev}
-            best_val_loss = min(best_val_loss, ev['val_loss_causal'])
-            last_eval = {k: row[k] for k in ('step', 'tokens', 'flops', 'val_loss', 'val_loss_causal')}
-            state = checkpoint_state(run, raw_model, optimizer, scaler, iter_num, best_val_loss, last_eval, t0)
+            row = log_row(run, model if trained else raw_model, raw_model, iter_num, progress)
+            progress.best_val_loss = min(progress.best_val_loss, row['val_loss_causal'])
+            progress.last_eval = {k: row[k] for k in ('step', 'tokens', 'flops', 'val_loss', 'val_loss_causal')}
+            state = checkpoint_state(run, raw_model, optimizer, scaler, iter_num, progress)
             if master:
                 run_folder.append_log(run.start.log_path, row)
                 if tracker:
                     tracker.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=iter_num)
                 run_folder.save_checkpoint(state, run.start.ckpt_path)
-                train_txt = f"train {train_loss:.4f}, " if train_loss != '' else ''
-                tqdm.write(f"step {iter_num:>6}: {train_txt}val {ev['val_loss']:.4f}, val causal "
-                           f"{ev['val_loss_causal']:.4f}, {row['elapsed_s']:.0f}s")
-            since_eval.zero_()
-            since_eval_steps = 0
-            t_eval_end = time.time()
-            said_since_eval = False
+                train_txt = f"train {row['train_loss']:.4f}, " if row['train_loss'] != '' else ''
+                tqdm.write(f"step {iter_num:>6}: {train_txt}val {row['val_loss']:.4f}, val causal "
+                           f"{row['val_loss_causal']:.4f}, {row['elapsed_s']:.0f}s")
+            progress.train_sum.zero_()
+            progress.train_steps, progress.t_eval_end, said_since_eval = 0, time.time(), False
         if iter_num in run.save_steps:             # --save_steps: a copy kept as out_dir/ckpt_S.pt, for branching
-            total = since_eval.clone()
-            if run.ddp:
-                torch.distributed.all_reduce(total, op=torch.distributed.ReduceOp.AVG)
-            state = checkpoint_state(run, raw_model, optimizer, scaler, iter_num, best_val_loss, last_eval, t0,
-                                     total.item(), since_eval_steps)
+            state = checkpoint_state(run, raw_model, optimizer, scaler, iter_num, progress, kept=True)
             if master:
                 run_folder.save_checkpoint(state, os.path.join(cfg.out_dir, f'ckpt_{iter_num}.pt'))
         if iter_num >= n_iters:
             break
 
         # one optimizer step over gradient_accumulation_steps micro-batches of the global batch
-        lr = get_lr(cfg, iter_num, run.schedule_iters)
-        for group in optimizer.param_groups:
-            group['lr'] = lr
-        rows = batch_starts(cfg.seed, iter_num, cfg.batch_size * cfg.gradient_accumulation_steps, run.n_train, T)
-        data = open_split(run.folder, 'train')
-        step_loss, step_layers = torch.zeros((), device=dev), []
-        for micro in range(gas_local):
-            first = (run.rank * gas_local + micro) * cfg.batch_size       # this rank's slice of the global batch
-            x, y = read_windows(data, rows[first:first + cfg.batch_size], T, dev)
-            raw_model.set_draw(cfg.seed, iter_num, row0=first)    # random routing's draw for these rows
-            # DDP: all-reduce gradients only on the last micro-batch
-            sync = ddp_model.no_sync() if run.ddp and micro < gas_local - 1 else nullcontext()
-            with sync:
-                if cfg.cuda_graphs:
-                    torch.compiler.cudagraph_mark_step_begin()     # a new step: the last replay's outputs may go
-                with run.ctx:
-                    _, loss, aux = ddp_model(x, y, return_aux=True)
-                step_loss += aux['losses']['lm'] / gas_local                # the LM loss, for the log
-                scaler.scale(loss / gas_local).backward()                   # LM + auxiliary losses
-            # calibrate reads the scores after the step's last micro-batch: a CUDA-graph replay overwrites its
-            # outputs in place, so each micro-batch's scores (B, T) are copied before the next one
-            step_layers.append([a._replace(scores=a.scores.clone()) if isinstance(a, xmod.RoutedAux) else None
-                                for a in aux['layers']] if cfg.cuda_graphs else aux['layers'])
-        raw_model.calibrate(step_layers)      # the causal thresholds: once per step, from the whole global batch
-        if cfg.grad_clip > 0:
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
+        step_loss = train_step(run, raw_model, ddp_model, optimizer, scaler, iter_num)    # (): its LM loss
         iter_num += 1
         trained = True
         window += step_loss
-        since_eval += step_loss
         window_steps += 1
-        since_eval_steps += 1
+        progress.train_sum += step_loss
+        progress.train_steps += 1
         bar.update(1)
 
         # logging; on a CPU, --threads=0 also looks here at the cores other processes leave free
         if iter_num % cfg.log_interval == 0:
-            mean = train_loss_mean(run, window, window_steps, iter_num, last_eval)
-            window.zero_()
-            window_steps = 0
+            mean = train_loss_mean(run, window, window_steps, iter_num, progress.last_eval)
             now = time.time()
-            tok_s = (iter_num * tokens_per_iter - tok_mark) / (now - t_mark)
+            tok_s = window_steps * run.tokens_per_iter / (now - t_mark)
             bar.set_postfix(loss=f"{mean:.4f}", tok_s=f"{tok_s:,.0f}")
-            t_mark, tok_mark = now, iter_num * tokens_per_iter
+            window.zero_()
+            window_steps, t_mark = 0, now
         share_cpu()
-        threads = thread_note(torch.get_num_threads(), time.time(), may_say=not said_since_eval)
-        if threads and master:
+        if say_threads(run, thread_note, iter_num, may_say=not said_since_eval):
             said_since_eval = True
-            tqdm.write(f"step {iter_num:>6}: CPU threads -> {threads} (the cores other processes leave free; "
-                       f"--threads=N fixes the count)")
         if cfg.stop_iter and iter_num == cfg.stop_iter and iter_num < n_iters:
             bar.close()
             if master:
                 print(f"stopped after step {iter_num} (stop_iter), as if killed: the checkpoint is at step "
-                      f"{last_eval['step'] if last_eval else 'none'}; continue with --init_from=resume")
+                      f"{progress.last_eval['step'] if progress.last_eval else 'none'}; continue with "
+                      f"--init_from=resume")
             return 0
 
     bar.close()
     if tracker:
         tracker.finish()
     if master:
-        info.update(finished=True, final=last_eval)
-        run_folder.write_json(run.start.run_path, info)
-        print(f"done: {n_iters:,} iters, {time.time() - t0:.0f}s; val_loss {last_eval['val_loss']:.4f}, "
-              f"val_loss_causal {last_eval['val_loss_causal']:.4f}; sample with: python sample.py "
-              f"--out_dir={cfg.out_dir}; its curves: python plot_run.py {cfg.out_dir}")
+        finish_run(run, info, progress)
     return 0
 
 
