@@ -331,7 +331,7 @@ def model_config(cfg, vocab_size):
     except ValueError as e:
         raise UserError(one_line(e)) from None
     routes_all = ('routed' in xmod.layer_kinds(mcfg) and
-                  xmod.capacity_k(mcfg.capacity, cfg.block_size) == cfg.block_size)
+                  xmod.routed_k(mcfg.capacity, cfg.block_size) == cfg.block_size)
     if routes_all and cfg.match_flops:
         raise UserError(f"--model={cfg.model} with n_layer={mcfg.n_layer} FLOP-matches to capacity 1.0: every "
                         f"routed layer would take every token (rho = 1), which is not a sparse model. n_layer is "

@@ -353,7 +353,7 @@ def start_run(run, raw_model, iter_num):
         return info
     run.start.claim(info, iter_num)        # the folder is this run's now: run.json written, the log cut or cleared
     T = cfg.block_size
-    sparse = (f", capacity {mcfg.capacity:.4f} ({xmod.capacity_k(mcfg.capacity, T)}/{T} tokens)"
+    sparse = (f", capacity {mcfg.capacity:.4f} ({xmod.routed_k(mcfg.capacity, T)}/{T} tokens)"
               if 'routed' in xmod.layer_kinds(mcfg) else ', no routed layer: the dense model' if
               mcfg.model in ('mod', 'xmod') else '')
     matched = (f", FLOP-matched to dense {cfg.dense_layers} layers" if mcfg.model in ('mod', 'xmod')

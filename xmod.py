@@ -4,7 +4,7 @@ xmod.py: Dense, Mixture-of-Depths (MoD), X-MoD and a small Mixture-of-Experts (M
 Read it top to bottom:
   1. GPTConfig ........ the model's shape, with a clear error for every bad field; the layer layout (layer_kinds)
   2. the backbone ..... RMSNorm, RoPE attention that takes explicit positions (Attention.qkv), MLP, Block
-  3. routing .......... capacity_k, topk_cut, route_topk, depth_balance_loss, in_float32 (routers under autocast),
+  3. routing .......... routed_k, topk_cut, route_topk, depth_balance_loss, in_float32 (routers under autocast),
                         Router (scores, gate, causal threshold)
   4. RoutedBlock ...... MoD / X-MoD: a whole block that only k tokens per sequence go through
                         (naive path: a loop over sequences with boolean masks; fast path: batched gather/scatter)
@@ -146,7 +146,7 @@ class GPTConfig:
         if self.resid_init == 'layers' or 'routed' not in kinds:
             return self.n_layer
         routed = kinds.count('routed')
-        return len(kinds) - routed + routed * capacity_k(self.capacity, self.block_size) / self.block_size
+        return len(kinds) - routed + routed * routed_k(self.capacity, self.block_size) / self.block_size
 
 
 def layer_kinds(config):
@@ -280,7 +280,7 @@ class Block(nn.Module):
 # ----------------------------------------------------------------------------------------------------------------------
 # 3. Routing: which tokens a routed layer takes, and how much of its update they keep
 
-def capacity_k(capacity, T):
+def routed_k(capacity, T):
     """Tokens per sequence that a routed layer processes: round half up, never 0. The one rule used everywhere
     (routing, FLOPs, FLOP matching, the bad-config check)."""
     return max(1, int(capacity * T + 0.5))
@@ -299,13 +299,14 @@ def topk_cut(scores, k):
 
 def route_topk(scores, k):
     """Expert-choice top-k over each sequence (MoD, Raposo et al. 2024): the k highest scores of every row.
-    scores (B, T) -> idx (B, k) sorted by position, mask (B, T) bool, cut (B,) with mask == scores > cut.
+    scores (B, T) -> taken (B, k) the positions taken, ascending, mask (B, T) bool, cut (B,) with mask ==
+    scores > cut.
     Selection is per batch element: a token competes only with its own sequence. It is NOT causal: whether
     token i is kept depends on later tokens' scores."""
     cut, order = topk_cut(scores, k)
-    idx = order.sort(dim=1).values                                      # (B, k) in original order
-    mask = torch.zeros_like(scores, dtype=torch.bool).scatter(1, idx, True)
-    return idx, mask, cut
+    taken = order.sort(dim=1).values                                    # (B, k) in original order
+    mask = torch.zeros_like(scores, dtype=torch.bool).scatter(1, taken, True)
+    return taken, mask, cut
 
 
 def depth_balance_loss(p, target):
@@ -440,7 +441,7 @@ class RoutedAux(NamedTuple):
 
 class RoutedBlock(nn.Module):
     """A whole block (attention + MLP) that only some tokens go through; every other token passes untouched.
-      routing='topk'   (training): exactly k = capacity_k(c, T) tokens per sequence, the k highest router scores.
+      routing='topk'   (training): exactly k = routed_k(c, T) tokens per sequence, the k highest router scores.
       routing='causal' (sampling, honest validation): token i is taken when its score passes the calibrated
                         threshold, which uses no other position. The number taken varies per sequence.
     Selected tokens keep their order and their original positions; attention runs among them only, causally.
@@ -467,19 +468,19 @@ class RoutedBlock(nn.Module):
         r = self.router(x, pos)                                             # (B, T)
         w = self.router.gate(r)                                             # (B, T)
         if routing == 'topk':
-            idx, mask, cut = route_topk(r, capacity_k(self.capacity, T))
+            taken, mask, cut = route_topk(r, routed_k(self.capacity, T))
             # The router learns to predict its own top-k choice from the token alone (for causal routing): this
             # sequence's own mask is the target of its BCE, whose logits are the scores centred on this sequence's
             # own cut, or the raw scores (router_bce; GPT.aux_losses, all routed layers in one call);
             # sigmoid(centred) is its soft choice, for depth balancing.
             aux = RoutedAux(r, mask, centred=r - cut.unsqueeze(1), cut=cut)
         else:
-            idx, mask = None, r > self.router.threshold()                   # causal: token i's own score only
+            taken, mask = None, r > self.router.threshold()                 # causal: token i's own score only
             aux = RoutedAux(r, mask)
         if self.impl == 'naive':
             x = self.forward_naive(x, mask, w)
         elif routing == 'topk':
-            x = self.forward_fast(x, idx, w)
+            x = self.forward_fast(x, taken, w)
         else:
             x = self.forward_fast_causal(x, mask, w)
         return x, aux
@@ -497,16 +498,16 @@ class RoutedBlock(nn.Module):
             out[b, pos] = x[b, pos] + (w[b, pos].unsqueeze(-1) * f[0]).to(x.dtype)   # in the residual's dtype
         return out
 
-    def forward_fast(self, x, idx, w):
+    def forward_fast(self, x, taken, w):
         """Top-k, static shapes: gather the k tokens of every sequence at once, run the block batched, scatter-add
         the gated update. scatter_add touches only the selected rows, so every other token is bit-for-bit x.
         Under autocast f is bf16/fp16 and the gate float32: the update joins the residual stream in x's dtype."""
         C = x.size(-1)
-        gidx = idx.unsqueeze(-1).expand(-1, -1, C)                          # (B, k, C)
-        xs = torch.gather(x, 1, gidx)                                       # (B, k, C)
-        f = self.block.delta(xs, idx)                                       # (B, k, C); RoPE at positions idx
-        ws = torch.gather(w, 1, idx).unsqueeze(-1)                          # (B, k, 1)
-        return torch.scatter_add(x, 1, gidx, (ws * f).to(x.dtype))
+        index = taken.unsqueeze(-1).expand(-1, -1, C)                       # (B, k, C)
+        xs = torch.gather(x, 1, index)                                      # (B, k, C)
+        f = self.block.delta(xs, taken)                                     # (B, k, C); RoPE at their positions
+        ws = torch.gather(w, 1, taken).unsqueeze(-1)                        # (B, k, 1)
+        return torch.scatter_add(x, 1, index, (ws * f).to(x.dtype))
 
     def forward_fast_causal(self, x, mask, w, cache=None):
         """Causal routing at the cost of the tokens taken: each sequence's taken tokens, gathered to the front in order
@@ -525,13 +526,13 @@ class RoutedBlock(nn.Module):
         torch._check(n >= 1)
         torch._check(n <= B * k_max)
         first = torch.where(mask, 0, T) + torch.arange(T, device=x.device)  # selected positions sort first
-        idx = first.argsort(dim=1)[:, :k_max]                               # (B, k_max) positions, ascending
+        taken = first.argsort(dim=1)[:, :k_max]                             # (B, k_max) positions, ascending
         real = torch.arange(k_max, device=x.device) < counts.unsqueeze(1)   # (B, k_max)
         slots = real.logical_not().flatten().argsort(stable=True)[:n]       # (n,) real slots of (B*k_max), in order
-        token = (idx + T * torch.arange(B, device=x.device).unsqueeze(1)).flatten()[slots]   # (n,) their rows in (B*T)
-        xs = torch.gather(x, 1, idx.unsqueeze(-1).expand(-1, -1, C))        # (B, k_max, C)
+        token = (taken + T * torch.arange(B, device=x.device).unsqueeze(1)).flatten()[slots]   # (n,) rows in (B*T)
+        xs = torch.gather(x, 1, taken.unsqueeze(-1).expand(-1, -1, C))      # (B, k_max, C)
         # plain causal attention suffices: a real slot's earlier slots are all real; what padding computes is dropped
-        f = self.block.delta(xs, idx, cache=cache, slots=slots)             # (n, C); RoPE at positions idx
+        f = self.block.delta(xs, taken, cache=cache, slots=slots)           # (n, C); RoPE at their positions
         if cache is not None:
             cache.keep(counts)                                              # the padding slots are not cached
         ws = (w.flatten()[token] * real.flatten()[slots]).unsqueeze(-1)     # (n, 1); 0 on a padding slot
@@ -560,7 +561,7 @@ class RoutedBlock(nn.Module):
 # ----------------------------------------------------------------------------------------------------------------------
 # 5. The small MoE: token-choice top-k over experts, Switch balancing, z-loss, capacity factor
 
-def expert_capacity(config, N, routing='topk'):
+def expert_slots(config, N, routing='topk'):
     """Slots per expert for a batch of N tokens: ceil(capacity_factor * top_k * N / E), at most N (MoE routing and
     flops_per_token). A batch-wide capacity makes a token's fate depend on later
     positions, so causal routing gives every expert room for all N tokens: it drops nothing."""
@@ -579,7 +580,7 @@ class MoEAux(NamedTuple):
 
 class MoE(nn.Module):
     """Replaces a block's MLP. Each token picks its expert_top_k experts (softmax over the router's logits,
-    renormalised over the chosen ones). Each expert takes at most expert_capacity tokens per batch; first choices
+    renormalised over the chosen ones). Each expert takes at most expert_slots tokens per batch; first choices
     have priority over second choices, then earlier tokens; the rest are dropped (they pass through the residual)."""
 
     def __init__(self, config):
@@ -599,7 +600,7 @@ class MoE(nn.Module):
         probs = F.softmax(logits, dim=-1)
         topv, tope = torch.topk(probs, self.top_k, dim=-1)                   # (N, K)
         weights = (topv / topv.sum(-1, keepdim=True)).to(x.dtype)
-        cap = expert_capacity(self.config, B * T, routing)
+        cap = expert_slots(self.config, B * T, routing)
         if self.impl == 'naive':
             y, kept = self.forward_naive(xf, tope, weights, cap)
         else:
@@ -760,7 +761,7 @@ class GPT(nn.Module):
             logits = centred if self.config.router_bce == 'centred' else torch.stack([a.scores for a in routed])
             losses['router_bce'] = F.binary_cross_entropy_with_logits(
                 logits, torch.stack([a.mask for a in routed]).float())
-            target = len(routed) * capacity_k(self.config.capacity, T) / T    # c * R, with c as realised at T
+            target = len(routed) * routed_k(self.config.capacity, T) / T    # c * R, with c as realised at T
             losses['depth_balance'] = depth_balance_loss(torch.sigmoid(centred), target)
             if self.config.router_zloss > 0:    # an ablation, off by default: logged only when it is on
                 losses['router_zloss'] = torch.stack([a.scores.square().mean() for a in routed]).mean()
@@ -790,7 +791,7 @@ class GPT(nn.Module):
             r = torch.cat(parts, dim=1)                                                     # (R, global rows, T)
         # each layer's cut between its (rows*k)-th and (rows*k+1)-th scores: the same selection, so the same bits,
         # as update_threshold's top-k of that layer alone
-        cuts, _ = topk_cut(r.flatten(1), r.size(1) * capacity_k(self.config.capacity, r.size(2)))   # (R,)
+        cuts, _ = topk_cut(r.flatten(1), r.size(1) * routed_k(self.config.capacity, r.size(2)))   # (R,)
         for l, cut in zip(routed, cuts):
             self.transformer.h[l].router.add_cut(cut)
 
@@ -832,7 +833,7 @@ class GPT(nn.Module):
         A routed block counts k/T of its block (at T = block_size) plus its router; an MoE layer counts its
         attention, router and expert_top_k experts."""
         c = self.config
-        frac = capacity_k(c.capacity, c.block_size) / c.block_size
+        frac = routed_k(c.capacity, c.block_size) / c.block_size
         count = lambda module: sum(p.numel() for p in module.parameters())
         n = count(self.transformer.ln_f)
         for layer in self.transformer.h:
@@ -948,11 +949,11 @@ def flops_per_token(config, T=None, batch_size=1):
         if kind == 'dense':
             total += 24 * d * d + 4 * T * d                   # qkv 6d^2 + proj 2d^2 + mlp 16d^2; QK^T and AV 4Td
         elif kind == 'routed':
-            k = capacity_k(c.capacity, T)
+            k = routed_k(c.capacity, T)
             total += (k / T) * 24 * d * d + 4 * k * k * d / T + 2 * d   # k tokens, k x k attention, the router
         else:
             N = batch_size * T
-            slots = c.n_expert * expert_capacity(c, N) / N   # expert slots per token, capacity padding included
+            slots = c.n_expert * expert_slots(c, N) / N   # expert slots per token, capacity padding included
             total += 8 * d * d + 4 * T * d + 2 * d * c.n_expert + slots * 4 * d * c.expert_hidden
     return total
 

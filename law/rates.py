@@ -29,7 +29,7 @@ from law.report import mean_se
 def layout(r):
     """(stride, capacity) of a routed model, (None, None) for one that routes nothing."""
     # the capacity is rounded so that one configuration read from several runs is one arm, whatever float noise
-    # its computation (FLOP matching, capacity_k) left in each; the MoE routes among experts, not over depth
+    # its computation (FLOP matching, routed_k) left in each; the MoE routes among experts, not over depth
     return (None, None) if r['model'] in ('dense', 'moe') else (r['stride'], round(r['capacity'], 4))
 
 

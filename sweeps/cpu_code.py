@@ -85,7 +85,7 @@ def layout(r):
     cfg, _ = train_config([f'--{k}={v}' for k, v in args.items()])
     with open(os.path.join(os.path.dirname(HERE), 'data', cfg.dataset, 'meta.pkl'), 'rb') as f:
         mcfg, _, fpt, _ = sizes(cfg, pickle.load(f))
-    routed = (f", capacity {mcfg.capacity:.4f} ({xmod.capacity_k(mcfg.capacity, cfg.block_size)}/{cfg.block_size} "
+    routed = (f", capacity {mcfg.capacity:.4f} ({xmod.routed_k(mcfg.capacity, cfg.block_size)}/{cfg.block_size} "
               f"tokens)") if mcfg.model in ('mod', 'xmod') else ''
     return f"{r['name']}: {xmod.layout_string(mcfg)} ({mcfg.n_layer} layers{routed}), {fpt / 1e6:.3f}M FLOPs/token"
 

@@ -73,8 +73,8 @@ def tweak(name, old, new):
 
 
 MISTAKES = [
-    ('capacity_k', 'return int(capacity * T)', 'rounded down'),
-    ('capacity_k', 'return max(1, round(capacity * T))', 'half to even'),
+    ('routed_k', 'return int(capacity * T)', 'rounded down'),
+    ('routed_k', 'return max(1, round(capacity * T))', 'half to even'),
     ('route_topk', """
         B = scores.size(0)
         cut, _ = topk_cut(scores.flatten(), B * k)                    # the B*k highest of the whole batch
@@ -96,11 +96,11 @@ MISTAKES = [
     ('forward_naive', None, 'renumbered'),
     ('forward_fast', """
         C = x.size(-1)
-        gidx = idx.unsqueeze(-1).expand(-1, -1, C)
-        xs = torch.gather(x, 1, gidx)
-        out, _ = self.block(xs, idx)                                   # the block's output x + f, not its update f
-        ws = torch.gather(w, 1, idx).unsqueeze(-1)
-        return torch.scatter_add(x, 1, gidx, ws * out)
+        index = taken.unsqueeze(-1).expand(-1, -1, C)
+        xs = torch.gather(x, 1, index)
+        out, _ = self.block(xs, taken)                                   # the block's output x + f, not its update f
+        ws = torch.gather(w, 1, taken).unsqueeze(-1)
+        return torch.scatter_add(x, 1, index, ws * out)
         """, 'residual is added twice'),
     ('forward_fast', None, 'renumbered'),
     ('router_score', 'return F.linear(x, self.weight).squeeze(-1)', 'raw scores'),
@@ -149,7 +149,7 @@ def mistaken_body(name, body, keyword):
     if body is not None:
         return body
     if name in ('forward_naive', 'forward_fast') and keyword == 'renumbered':
-        old = 'self.block.delta(xs, pos)' if name == 'forward_naive' else 'self.block.delta(xs, idx)'
+        old = 'self.block.delta(xs, pos)' if name == 'forward_naive' else 'self.block.delta(xs, taken)'
         new = 'self.block.delta(xs, torch.arange(xs.size(1)))'         # positions 0..k-1 after the gather
         return tweak(name, old, new)
     if name == 'forward_naive':
@@ -285,10 +285,10 @@ WHOLE_COPY_MUTATIONS = [
      'cos, sin = self.cos[:T].to(qkv.dtype), self.sin[:T].to(qkv.dtype)', 'Attention.qkv'),
     ('positions renumbered in Attention.forward', 'q, k, v = self.qkv(x, pos)\n        if cache',
      'q, k, v = self.qkv(x, torch.arange(T, device=x.device))\n        if cache', 'Attention.forward'),
-    ('residual added twice in RoutedBlock.forward', '            x = self.forward_fast(x, idx, w)\n',
-     '            x = self.forward_fast(x, idx, w) + x * mask.unsqueeze(-1)\n', 'RoutedBlock.forward'),
-    ('expert_capacity rounding down', 'math.ceil(config.expert_capacity_factor',
-     'math.floor(config.expert_capacity_factor', 'expert_capacity'),
+    ('residual added twice in RoutedBlock.forward', '            x = self.forward_fast(x, taken, w)\n',
+     '            x = self.forward_fast(x, taken, w) + x * mask.unsqueeze(-1)\n', 'RoutedBlock.forward'),
+    ('expert_slots rounding down', 'math.ceil(config.expert_capacity_factor',
+     'math.floor(config.expert_capacity_factor', 'expert_slots'),
     ('Router.threshold without its debiasing',
      'return self.thr_sum / (1.0 - self.momentum ** self.thr_steps).clamp_min(1e-12)', 'return self.thr_sum',
      'Router.threshold'),
@@ -298,8 +298,8 @@ WHOLE_COPY_MUTATIONS = [
      'x.index_add(0, seqs, (w * f).to(x.dtype))',
      'x.index_add(0, seqs, f.to(x.dtype))', 'RoutedBlock.forward_step'),
     ('causal routing updates landing on the first sequence',
-     'token = (idx + T * torch.arange(B, device=x.device).unsqueeze(1)).flatten()[slots]',
-     'token = idx.flatten()[slots]', 'RoutedBlock.forward_fast_causal'),
+     'token = (taken + T * torch.arange(B, device=x.device).unsqueeze(1)).flatten()[slots]',
+     'token = taken.flatten()[slots]', 'RoutedBlock.forward_fast_causal'),
     ('the MoE dropping by capacity in causal routing', 'return self.mlp(h, routing)', 'return self.mlp(h)',
      'MoEBlock.ffn'),
     # initialisation: the twins' checks copy the repository's weights in, only the fresh-model check sees these
@@ -381,3 +381,9 @@ def test_graders_are_one_per_exercise():
     import graders
     assert list(graders.GRADERS) == list(exercises.EXERCISES)
     assert all(f.__name__ == f'grade_{name}' for name, f in graders.GRADERS.items())
+
+
+def test_a_renamed_exercise_keeps_its_old_name():
+    assert exercises.exercise('capacity_k') == 'routed_k'
+    with pytest.raises(exercises.UserError, match="unknown exercise"):
+        exercises.exercise('capacity_kk')

@@ -659,7 +659,7 @@ def test_the_nanogpt_config_keeps_a_sparse_model_sparse():
     """config/shakespeare_char_nanogpt.py sets the dense depth, so --model=xmod on top of it is FLOP-matched X-MoD."""
     cfg, _ = configurator.configure(['shakespeare_char_nanogpt', '--model=xmod'], train.DEFAULTS)
     mcfg = run_folder.model_config(cfg, 84)
-    assert mcfg.n_layer > 4 and xmod.capacity_k(mcfg.capacity, cfg.block_size) < cfg.block_size
+    assert mcfg.n_layer > 4 and xmod.routed_k(mcfg.capacity, cfg.block_size) < cfg.block_size
     cfg, _ = configurator.configure(['shakespeare_char_nanogpt'], train.DEFAULTS)
     assert run_folder.model_config(cfg, 84).n_layer == 4 and run_folder.model_config(cfg, 84).model == 'dense'
 

@@ -18,12 +18,12 @@ from xmod import (
     MoEAux,
     RoutedAux,
     RoutedBlock,
-    capacity_k,
-    expert_capacity,
+    expert_slots,
     flops_per_token,
     layer_kinds,
     match_flops,
     route_topk,
+    routed_k,
     routing_stats,
 )
 
@@ -219,7 +219,7 @@ def test_topk_processes_exactly_k_and_unselected_pass_bit_for_bit(model, impl):
     torch.manual_seed(0)
     B, T, c = 3, 30, 0.2
     m = GPT(tiny(model, impl=impl, capacity=c, n_layer=6, stride=3))
-    k = capacity_k(c, T)
+    k = routed_k(c, T)
     log, counts, _ = record_routed_io(m)
     m(*batch(B, T))
     assert len(log) == len(routed_layers(m))
@@ -297,7 +297,7 @@ def test_router_bce_targets_are_per_sequence(impl):
     log, _, _ = record_routed_io(m)
     B, T = 4, 32
     stats = measured(m, *batch(B, T))[2]
-    k = capacity_k(0.25, T)
+    k = routed_k(0.25, T)
     expected = []
     for rec in log:
         r = rec['scores']
@@ -360,7 +360,7 @@ def test_flop_matching_lands_within_two_percent_or_says_so():
                       ('mod', {})]:
         cfg = match_flops(dense, model, **kw)
         assert cfg.model == model and abs(flops_per_token(cfg) / target - 1) <= 0.02
-        assert capacity_k(cfg.capacity, cfg.block_size) == round(cfg.capacity * cfg.block_size)
+        assert routed_k(cfg.capacity, cfg.block_size) == round(cfg.capacity * cfg.block_size)
     assert match_flops(dense, 'xmod', stride=4, n_layer=16).n_layer == 16
     stride1 = match_flops(dense, 'xmod', stride=1)             # stride 1: all anchors, the dense model itself
     assert layer_kinds(stride1) == ['dense'] * 4 and flops_per_token(stride1) == target
@@ -447,7 +447,7 @@ def test_moe_balance_loss_is_one_when_uniform_and_drops_are_counted(impl):
     x[..., 0] = x[..., 0].abs() + 1.0
     _, aux = moe(x, 'topk')
     N, cap = 32, math.ceil(1.0 * 2 * 32 / 4)            # 16 slots per expert
-    assert cap == expert_capacity(cfg, N)
+    assert cap == expert_slots(cfg, N)
     assert abs(aux.drop_frac.item() - (1 - 2 * cap / (2 * N))) < 1e-6
     assert aux.load.tolist() == [0.5, 0.5, 0.0, 0.0]
     _, aux = moe(x, 'causal')                            # causal routing drops nothing
@@ -503,7 +503,7 @@ def test_calibrate_cuts_every_layer_as_update_threshold_does_alone():
         for l, layer in enumerate(ref.transformer.h):
             if isinstance(layer, RoutedBlock):
                 r = torch.cat([layers[l].scores for layers in steps_layers])
-                layer.router.update_threshold(r, capacity_k(0.25, 32))
+                layer.router.update_threshold(r, routed_k(0.25, 32))
     assert len(routed_layers(m)) == 6
     for a, b in zip(routed_layers(m), routed_layers(ref)):
         assert a.router.thr_steps.item() == 3 and torch.equal(a.router.thr_sum, b.router.thr_sum)
@@ -527,7 +527,7 @@ def test_calibration_is_once_per_step_over_the_whole_batch():
         assert torch.equal(rb.router.threshold(), rs.router.threshold())
     # the threshold is the cut between the (16k)-th and (16k+1)-th highest score of the whole batch
     _, _, aux = big(x, y, return_aux=True)
-    k = capacity_k(0.25, 32)
+    k = routed_k(0.25, 32)
     for layer, a in zip(big.transformer.h, aux['layers']):
         if isinstance(a, RoutedAux):
             top = a.scores.flatten().sort(descending=True).values

@@ -50,12 +50,12 @@ WORKDIR = os.path.join(ROOT, 'tutorial', 'work')
 Exercise = namedtuple('Exercise', 'file qualname about hint')
 
 EXERCISES = {
-    'capacity_k': Exercise(
-        'xmod.py', 'capacity_k', 'tokens a routed layer takes per sequence: round half up, never 0',
+    'routed_k': Exercise(
+        'xmod.py', 'routed_k', 'tokens a routed layer takes per sequence: round half up, never 0',
         'k = capacity * T rounded half up (not down, not half to even), and never less than 1.'),
     'route_topk': Exercise(
         'xmod.py', 'route_topk', "each sequence's own top-k: indices by position, mask, cut",
-        "topk_cut gives each row's cut and its top k; return idx sorted by position, mask (B, T) bool == "
+        "topk_cut gives each row's cut and its top k; return taken (the positions taken) sorted, mask (B, T) bool == "
         "scores > cut, and cut. Each sequence competes only with itself."),
     'apply_rope': Exercise(
         'xmod.py', 'apply_rope', "RoPE at each token's own (original) position",
@@ -67,7 +67,7 @@ EXERCISES = {
         "tokens at their original positions, then x + w * f on those rows only. Do not modify x in place."),
     'forward_fast': Exercise(
         'xmod.py', 'RoutedBlock.forward_fast', 'the routed block batched: gather, gated update, scatter-add',
-        'Gather the k tokens of every sequence (B, k, C), f = self.block.delta(xs, idx) (RoPE at positions idx), '
+        'Gather the k tokens of every sequence (B, k, C), f = self.block.delta(xs, taken) (RoPE at their positions), '
         'and scatter-add w * f back: the residual x is added once, unselected tokens stay exactly x.'),
     'router_score': Exercise(
         'xmod.py', 'Router.forward', "the router's score: variance-scaled (X-MoD) or raw (MoD)",
@@ -496,7 +496,12 @@ class Parser(argparse.ArgumentParser):
         raise UserError(message)              # one line on stderr, exit 2 (run_main)
 
 
+# Exercises renamed with the function they blank: the old name still works
+RENAMED = {'capacity_k': 'routed_k'}
+
+
 def exercise(name):
+    name = RENAMED.get(name, name)
     if name not in EXERCISES:
         close = difflib.get_close_matches(name, list(EXERCISES), n=1, cutoff=0.0)
         raise UserError(f"unknown exercise {name!r}" + (f"; did you mean {close[0]}?" if close else '')

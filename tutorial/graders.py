@@ -87,13 +87,13 @@ def routed_mistakes(block, x, positions, w):
              'the residual x is missing: a selected token becomes x + w * f')]
 
 
-def grade_capacity_k(m, ref, g):
+def grade_routed_k(m, ref, g):
     with g.check('round half up: 6.5 -> 7, 8.5 -> 9, 3.75 -> 4, 16 of 128 at c = 0.125'):
         cases = [(0.125, 128, 16), (0.5, 13, 7), (0.5, 17, 9), (0.25, 30, 8), (0.1, 32, 3), (0.125, 30, 4),
                  (1.0, 32, 32)]
-        got = [m.capacity_k(c, T) for c, T, _ in cases]
+        got = [m.routed_k(c, T) for c, T, _ in cases]
         like = lambda rule: got == [rule(c * T) for c, T, _ in cases]
-        bad = [f'capacity_k({c}, {T}) = {n}, expected {k}' for (c, T, k), n in zip(cases, got) if n != k]
+        bad = [f'routed_k({c}, {T}) = {n}, expected {k}' for (c, T, k), n in zip(cases, got) if n != k]
         expect(not bad, f'{bad[0] if bad else ""}: ' + (
             'rounded down (int(c*T)); round half up: int(c*T + 0.5)' if like(int) else
             "Python's round() rounds half to even (6.5 -> 6); round half up: int(c*T + 0.5)" if like(round) else
@@ -101,11 +101,11 @@ def grade_capacity_k(m, ref, g):
             'k is capacity*T rounded half up'))
     with g.check('never 0: a routed layer takes at least one token'):
         for c, T in [(0.001, 128), (0.01, 32), (0.0625, 7)]:
-            got = m.capacity_k(c, T)
-            expect(got == 1, f'capacity_k({c}, {T}) = {got}: ' + ('capacity rounded down to 0: max(1, ...)'
+            got = m.routed_k(c, T)
+            expect(got == 1, f'routed_k({c}, {T}) = {got}: ' + ('capacity rounded down to 0: max(1, ...)'
                                                                   if got == 0 else 'expected 1'))
     with g.check('an int (a tensor size and a topk k)'):
-        expect(type(m.capacity_k(0.25, 32)) is int, f'capacity_k returns {type(m.capacity_k(0.25, 32)).__name__}, '
+        expect(type(m.routed_k(0.25, 32)) is int, f'routed_k returns {type(m.routed_k(0.25, 32)).__name__}, '
                                                    f'not int')
 
 
@@ -123,12 +123,12 @@ def grade_route_topk(m, ref, g):
     B, T, k = 4, 12, 3
     scores = torch.randperm(B * T, generator=torch.Generator().manual_seed(1)).view(B, T).float() / 7   # no ties
     scores[1] += 10.0                                  # one sequence scores high: a batch-wide top-k takes only it
-    idx_hand, cut_hand = topk_by_hand(scores, k)
+    taken_hand, cut_hand = topk_by_hand(scores, k)
     mask_hand = torch.zeros(B, T, dtype=torch.bool)
-    for b, pos in enumerate(idx_hand):
+    for b, pos in enumerate(taken_hand):
         mask_hand[b, pos] = True
     with g.check("mask: each sequence's own k highest scores"):
-        idx, mask, cut = m.route_topk(scores, k)
+        taken, mask, cut = m.route_topk(scores, k)
         expect(torch.is_tensor(mask) and mask.dtype == torch.bool and mask.shape == (B, T),
                f'mask must be a (B, T) = ({B}, {T}) bool tensor, got {getattr(mask, "shape", type(mask))}')
         per_row = mask.sum(1).tolist()
@@ -136,12 +136,12 @@ def grade_route_topk(m, ref, g):
                                    f'sequence: each sequence keeps exactly k = {k}' if sum(per_row) == B * k else
                f'rows keep {per_row} tokens, expected k = {k} each')
         expect(torch.equal(mask, mask_hand), "mask differs from each row's k highest scores, found by sorting")
-    with g.check('idx (B, k): the selected positions in ascending order'):
-        idx = m.route_topk(scores, k)[0]
-        expect(tuple(idx.shape) == (B, k), f'idx has shape {tuple(idx.shape)}, expected (B, k) = ({B}, {k})')
-        expect(idx.tolist() == idx_hand, 'idx is in order of score: sort it by position (the routed tokens keep '
-                                         'their order)' if idx.sort(1).values.tolist() == idx_hand else
-               "idx differs from each row's k highest positions")
+    with g.check('taken (B, k): the selected positions in ascending order'):
+        taken = m.route_topk(scores, k)[0]
+        expect(tuple(taken.shape) == (B, k), f'taken has shape {tuple(taken.shape)}, expected (B, k) = ({B}, {k})')
+        expect(taken.tolist() == taken_hand, 'taken is in order of score: sort it by position (the routed tokens keep '
+                                         'their order)' if taken.sort(1).values.tolist() == taken_hand else
+               "taken differs from each row's k highest positions")
     with g.check("cut (B,): between each row's k-th and (k+1)-th score, mask == scores > cut, on the graph"):
         s = scores.clone().requires_grad_()
         _, mask, cut = m.route_topk(s, k)
@@ -153,8 +153,8 @@ def grade_route_topk(m, ref, g):
     with g.check('k = T keeps every token, k = 1 keeps the top one'):
         _, mask, cut = m.route_topk(scores, T)
         expect(bool(mask.all()) and bool((scores > cut[:, None]).all()), 'with k = T every token is selected')
-        idx = m.route_topk(scores, 1)[0]
-        expect(idx[:, 0].tolist() == scores.argmax(1).tolist(), 'with k = 1 idx is each row\'s argmax')
+        taken = m.route_topk(scores, 1)[0]
+        expect(taken[:, 0].tolist() == scores.argmax(1).tolist(), 'with k = 1 taken is each row\'s argmax')
 
 
 def grade_apply_rope(m, ref, g):
@@ -543,7 +543,7 @@ def grade_flops_per_token(m, ref, g):
     base = m.GPTConfig(n_layer=6, n_head=4, n_embd=64, block_size=64, vocab_size=48, stride=3, capacity=0.125)
     tips = {'dense': 'a dense layer is 24d^2 + 4Td (QKV, projection, MLP, QK^T and AV) and the LM head 2dV',
             'routed': 'a routed layer runs k of T tokens: (k/T) 24d^2 + 4k^2 d/T, plus 2d for its router',
-            'moe': "an MoE layer: attention 8d^2 + 4Td, router 2dE, and E * expert_capacity / N slots per token of "
+            'moe': "an MoE layer: attention 8d^2 + 4Td, router 2dE, and E * expert_slots / N slots per token of "
                    "4 d expert_hidden (the capacity's padding included)"}
     for model, T in [('dense', 64), ('xmod', 64), ('xmod', 32), ('mod', 64), ('moe', 64)]:
         cfg = replace(base, model=model, gate=None, balance=None)
@@ -736,7 +736,7 @@ def grade_wls(m, ref, g):
 
 
 GRADERS = {
-    'capacity_k': grade_capacity_k,
+    'routed_k': grade_routed_k,
     'route_topk': grade_route_topk,
     'apply_rope': grade_apply_rope,
     'forward_naive': grade_forward_naive,
@@ -757,7 +757,7 @@ GRADERS = {
 # ----------------------------------------------------------------------------------------------------------------------
 # Whole-model checks (the end of check --all): the copy's GPT of every family against the repository's, with the
 # same weights. They see what the exercises cannot: a bug in a function that no exercise blanks (Attention, Block,
-# RoutedBlock.forward, expert_capacity, Router.threshold, generation, ...). Each check is check(m, ref) and raises
+# RoutedBlock.forward, expert_slots, Router.threshold, generation, ...). Each check is check(m, ref) and raises
 # Fail naming the family and where the two models part; exercises.py then names the copy's function that does it.
 
 FAMILIES = [('dense', 'fast'), ('mod', 'fast'), ('mod', 'naive'), ('xmod', 'fast'), ('xmod', 'naive'),
