@@ -1,20 +1,22 @@
 """
 xmod.py: Dense, Mixture-of-Depths (MoD), X-MoD and a small Mixture-of-Experts (MoE), side by side, in one file.
 
-Read it top to bottom:
-  1. GPTConfig ........ the model's shape, with a clear error for every bad field; the layer layout (layer_kinds)
+Read it top to bottom (the tutorial's chapters follow the same order):
+  1. GPTConfig ........ the model's shape, with a clear error for every bad field; the layer layout (layer_kinds);
+                        routed_k, the k tokens per sequence that a routed layer takes at capacity c
   2. the backbone ..... RMSNorm, RoPE attention that takes explicit positions (Attention.qkv), MLP, Block
-  3. routing .......... routed_k, topk_cut, route_topk, depth_balance_loss, in_float32 (routers under autocast),
-                        Router (scores, gate, causal threshold)
+  3. top-k routing .... topk_cut, route_topk: each sequence's own k highest scores
   4. RoutedBlock ...... MoD / X-MoD: a whole block that only k tokens per sequence go through
                         (naive path: a loop over sequences with boolean masks; fast path: batched gather/scatter)
-  5. MoE .............. token-choice top-k over experts (naive: loop over experts; fast: sort by expert + bmm)
-  6. GPT .............. one loop over layers, each called as x, aux = layer(x, pos, routing); the losses; the
+  5. Router ........... the score (in float32 under autocast), the gate on the update, the causal threshold
+  6. balancing ........ depth_balance_loss: every token's expected routed depth near c * R
+  7. MoE .............. token-choice top-k over experts (naive: loop over experts; fast: sort by expert + bmm)
+  8. GPT .............. one loop over layers, each called as x, aux = layer(x, pos, routing); the losses; the
                         causal thresholds (calibrate); parameter counts; the optimizer; generate
-  7. routing_stats .... what the training log records about routing
-  8. accounting ....... flops_per_token and match_flops, from the config alone
-  9. generation ....... KVCache; prefill (the prompt in one pass) and decode_next (one token), for generate
- 10. `python xmod.py` . the model zoo table
+  9. routing_stats .... what the training log records about routing
+ 10. accounting ....... flops_per_token and match_flops, from the config alone
+ 11. generation ....... KVCache; prefill (the prompt in one pass) and decode_next (one token), for generate
+ 12. `python xmod.py` . the model zoo table
 
 The paper ("X-MoD: Practical Scaling Laws for Sparse-Depth Routing Beyond Mixture-of-Depths") is known to us by its
 abstract only; where a choice below is our reading of it, the comment says so. Shapes: B batch, T time (context),
@@ -161,6 +163,12 @@ def layout_string(config):
     return ''.join({'dense': 'D', 'routed': 'r', 'moe': 'E'}[k] for k in layer_kinds(config))
 
 
+def routed_k(capacity, T):
+    """k, the tokens per sequence that a routed layer processes at capacity c and context T: round half up,
+    never 0. Routing, the FLOP count and FLOP matching all use it (GPTConfig refuses a c that rounds to 0)."""
+    return max(1, int(capacity * T + 0.5))
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # 2. The backbone: pre-norm decoder block with RoPE attention that takes each token's position explicitly
 
@@ -278,13 +286,7 @@ class Block(nn.Module):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# 3. Routing: which tokens a routed layer takes, and how much of its update they keep
-
-def routed_k(capacity, T):
-    """Tokens per sequence that a routed layer processes: round half up, never 0. The one rule used everywhere
-    (routing, FLOPs, FLOP matching, the bad-config check)."""
-    return max(1, int(capacity * T + 0.5))
-
+# 3. Top-k routing: which k tokens of each sequence a routed layer takes
 
 def topk_cut(scores, k):
     """The k highest entries of the last dim and a cut between the k-th and the (k+1)-th, so that exactly those k
@@ -307,124 +309,6 @@ def route_topk(scores, k):
     taken = order.sort(dim=1).values                                    # (B, k) in original order
     mask = torch.zeros_like(scores, dtype=torch.bool).scatter(1, taken, True)
     return taken, mask, cut
-
-
-def depth_balance_loss(p, target):
-    """X-MoD's depth-wise token balancing (our reading): keep every token's expected routed depth near c*R.
-    p (R, B, T): each routed layer's soft choice of each token; target: c*R. Centring p on each layer's top-k
-    cut-off (p = sigmoid(r - cut), see RoutedBlock) makes the loss act on the realised selection, not on an
-    uncalibrated sigmoid(r); normalised by R so the coefficient does not scale with depth."""
-    depth = p.sum(0)                                                   # (B, T) expected routed depth per token
-    return ((depth - target) ** 2).mean() / p.size(0)
-
-
-def in_float32(forward):
-    """A router's forward(self, x) in float32 with autocast off, whatever the precision around it ("selective
-    precision": Switch Transformers keeps its router in float32, Fedus et al. 2021). Under bf16 autocast, with 8
-    bits of mantissa, most rows of 128 scores hold ties, and a top-k cut between equal scores would no longer make
-    "selected" mean "score > cut"; the causal threshold and the router's BCE targets would lose their meaning too.
-    In float32 it changes nothing. Used by Router.forward and MoE.router_logits."""
-    @functools.wraps(forward)
-    def wrapped(self, x, *args):
-        with torch.autocast(x.device.type, enabled=False):
-            return forward(self, x.float(), *args)
-    return wrapped
-
-
-M32 = 0xFFFFFFFF
-EVAL_DRAW = 0x5EED      # the draw every evaluation and generation uses: a random-routing val loss is reproducible
-
-
-def mix32(h):
-    """A 32-bit integer hash (xor-shift and multiply rounds) of int64 values in [0, 2^32); multipliers below 2^31
-    keep every product inside int64, so it gives the same bits on any device, eager or compiled."""
-    h = h ^ (h >> 16)
-    h = (h * 0x7FEB352D) & M32
-    h = h ^ (h >> 15)
-    h = (h * 0x2C1B3C6D) & M32
-    return h ^ (h >> 16)
-
-
-def random_scores(draw, row0, layer, B, pos):
-    """The random-routing control's scores: uniform in [0, 1), a pure function of (draw, layer, the sequence's row
-    row0 + b in the global batch, position), so a full forward, a prefill and a decoding step give one token the
-    same score, a run and its resume draw alike, and micro-batches or DDP ranks draw what one big batch would.
-    pos (T,) or (B, T) -> scores (B, T). The top k of each sequence are then a uniformly random k of its tokens,
-    and score > 1 - c takes each token with probability c (Router.threshold)."""
-    rows = row0 + torch.arange(B, device=pos.device).unsqueeze(1)      # (B, 1)
-    h = mix32(mix32(mix32(draw & M32) ^ layer) ^ rows)                 # (B, 1)
-    return (mix32(h ^ pos) >> 8).float() * 2.0 ** -24                  # (B, T); 24 bits: exact in float32
-
-
-class Router(nn.Module):
-    """Scores each token for one routed layer, turns a score into the gate on the layer's update, and keeps the
-    calibrated threshold that causal routing uses. router='random' is the control: random scores, no learning."""
-
-    def __init__(self, config, layer_idx=0):
-        super().__init__()
-        self.variance = config.gate == 'variance'
-        self.random, self.layer_idx, self.capacity = config.router == 'random', layer_idx, config.capacity
-        self.momentum = config.router_momentum
-        self.weight = nn.Parameter(torch.empty(1, config.n_embd), requires_grad=not self.random)
-        # X-MoD's variance-scaled layer-wise gate (our reading): a learnable scalar g_l per routed layer,
-        # initialised to 1/sqrt(routed layers per anchor span) so that a longer span of routed layers does not
-        # inflate the residual stream's variance. Unused by the plain gate (kept so state_dicts always match).
-        routed_per_span = max(1, config.anchor_stride() - 1)
-        self.gain = nn.Parameter(torch.tensor(1.0 / math.sqrt(routed_per_span)))
-        # running (debiased) EMA of the batch's top-k cut-off: the causal threshold, frozen at eval
-        self.register_buffer('thr_sum', torch.zeros(()))
-        self.register_buffer('thr_steps', torch.zeros(()))
-        # random routing's draw for training forwards and the batch's first row, set by GPT.set_draw (train.py)
-        self.register_buffer('draw', torch.zeros(2, dtype=torch.long), persistent=False)
-
-    @in_float32
-    def forward(self, x, pos=None, weight=None):
-        """x (B, T, C) at positions pos (T,) or (B, T), default 0..T-1 -> scores (B, T), in float32 (in_float32).
-        Only random routing reads pos: a learned score looks at the token alone. The variance gate
-        normalises each token's input (RMSNorm) and the weight (unit norm), so scores have the same scale at every
-        depth and use no statistics across positions (a per-batch or per-sequence normalisation would leak the
-        future into causal routing). weight: unit_weight() when the caller has it already (generation reads it once,
-        new_caches)."""
-        if self.random:
-            pos = torch.arange(x.size(1), device=x.device) if pos is None else pos
-            draw, row0 = self.draw if self.training else (EVAL_DRAW, self.draw[1])   # evaluation: one fixed draw
-            return random_scores(draw, row0, self.layer_idx, x.size(0), pos)
-        weight = self.unit_weight() if weight is None else weight
-        if self.variance:
-            return F.linear(F.rms_norm(x, (x.size(-1),)), weight).squeeze(-1)
-        return F.linear(x, weight).squeeze(-1)
-
-    def unit_weight(self):
-        """The scoring vector (1, C) that forward uses: the weight, at unit norm for the variance gate."""
-        return self.weight / self.weight.norm() if self.variance else self.weight
-
-    def gate(self, r):
-        """Multiplier on a selected token's update, with the router on the gradient path."""
-        if self.random:
-            return self.gain.expand_as(r)           # the control: the layer's learnable gain alone
-        if self.variance:
-            return self.gain * torch.sigmoid(r)     # X-MoD: g_l * sigmoid(normalised score)
-        return r                                    # MoD: the raw router weight (Raposo et al., 2024)
-
-    def threshold(self):
-        if self.random:                             # each token passes with probability c (random_scores)
-            return torch.full_like(self.thr_sum, 1.0 - self.capacity)
-        return self.thr_sum / (1.0 - self.momentum ** self.thr_steps).clamp_min(1e-12)
-
-    @torch.no_grad()
-    def update_threshold(self, r, k):
-        """Track the batch's (1 - c) score quantile: the cut between its (B*k)-th and (B*k+1)-th highest scores.
-        A fixed sigmoid(r) > 0.5 would keep far fewer than c of the tokens at small capacity (docs/design.md,
-        causal routing)."""
-        cut, _ = topk_cut(r.detach().flatten(), r.size(0) * k)
-        self.add_cut(cut)
-
-    @torch.no_grad()
-    def add_cut(self, cut):
-        """One EMA step towards a batch's cut (0-dim): update_threshold's, and GPT.calibrate's, which cuts every
-        routed layer in one batched top-k."""
-        self.thr_sum.mul_(self.momentum).add_((1 - self.momentum) * cut)
-        self.thr_steps.add_(1)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -559,15 +443,141 @@ class RoutedBlock(nn.Module):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# 5. The small MoE: token-choice top-k over experts, Switch balancing, z-loss, capacity factor
+# 5. The router: each token's score, the gate on its update, the causal threshold
 
-def expert_slots(config, N, routing='topk'):
-    """Slots per expert for a batch of N tokens: ceil(capacity_factor * top_k * N / E), at most N (MoE routing and
-    flops_per_token). A batch-wide capacity makes a token's fate depend on later
-    positions, so causal routing gives every expert room for all N tokens: it drops nothing."""
-    if routing == 'causal':
-        return N
-    return min(N, math.ceil(config.expert_capacity_factor * config.expert_top_k * N / config.n_expert))
+def in_float32(forward):
+    """A router's forward(self, x) in float32 with autocast off, whatever the precision around it ("selective
+    precision": Switch Transformers keeps its router in float32, Fedus et al. 2021). Under bf16 autocast, with 8
+    bits of mantissa, most rows of 128 scores hold ties, and a top-k cut between equal scores would no longer make
+    "selected" mean "score > cut"; the causal threshold and the router's BCE targets would lose their meaning too.
+    In float32 it changes nothing. Used by Router.forward and MoE.router_logits."""
+    @functools.wraps(forward)
+    def wrapped(self, x, *args):
+        with torch.autocast(x.device.type, enabled=False):
+            return forward(self, x.float(), *args)
+    return wrapped
+
+
+M32 = 0xFFFFFFFF
+EVAL_DRAW = 0x5EED      # the draw every evaluation and generation uses: a random-routing val loss is reproducible
+
+
+def mix32(h):
+    """A 32-bit integer hash (xor-shift and multiply rounds) of int64 values in [0, 2^32); multipliers below 2^31
+    keep every product inside int64, so it gives the same bits on any device, eager or compiled."""
+    h = h ^ (h >> 16)
+    h = (h * 0x7FEB352D) & M32
+    h = h ^ (h >> 15)
+    h = (h * 0x2C1B3C6D) & M32
+    return h ^ (h >> 16)
+
+
+def random_scores(draw, row0, layer, B, pos):
+    """The random-routing control's scores: uniform in [0, 1), a pure function of (draw, layer, the sequence's row
+    row0 + b in the global batch, position), so a full forward, a prefill and a decoding step give one token the
+    same score, a run and its resume draw alike, and micro-batches or DDP ranks draw what one big batch would.
+    pos (T,) or (B, T) -> scores (B, T). The top k of each sequence are then a uniformly random k of its tokens,
+    and score > 1 - c takes each token with probability c (Router.threshold)."""
+    rows = row0 + torch.arange(B, device=pos.device).unsqueeze(1)      # (B, 1)
+    h = mix32(mix32(mix32(draw & M32) ^ layer) ^ rows)                 # (B, 1)
+    return (mix32(h ^ pos) >> 8).float() * 2.0 ** -24                  # (B, T); 24 bits: exact in float32
+
+
+class Router(nn.Module):
+    """Scores each token for one routed layer, turns a score into the gate on the layer's update, and keeps the
+    calibrated threshold that causal routing uses. router='random' is the control: random scores, no learning."""
+
+    def __init__(self, config, layer_idx=0):
+        super().__init__()
+        self.variance = config.gate == 'variance'
+        self.random, self.layer_idx, self.capacity = config.router == 'random', layer_idx, config.capacity
+        self.momentum = config.router_momentum
+        self.weight = nn.Parameter(torch.empty(1, config.n_embd), requires_grad=not self.random)
+        # X-MoD's variance-scaled layer-wise gate (our reading): a learnable scalar g_l per routed layer,
+        # initialised to 1/sqrt(routed layers per anchor span) so that a longer span of routed layers does not
+        # inflate the residual stream's variance. Unused by the plain gate (kept so state_dicts always match).
+        routed_per_span = max(1, config.anchor_stride() - 1)
+        self.gain = nn.Parameter(torch.tensor(1.0 / math.sqrt(routed_per_span)))
+        # running (debiased) EMA of the batch's top-k cut-off: the causal threshold, frozen at eval
+        self.register_buffer('thr_sum', torch.zeros(()))
+        self.register_buffer('thr_steps', torch.zeros(()))
+        # random routing's draw for training forwards and the batch's first row, set by GPT.set_draw (train.py)
+        self.register_buffer('draw', torch.zeros(2, dtype=torch.long), persistent=False)
+
+    @in_float32
+    def forward(self, x, pos=None, weight=None):
+        """x (B, T, C) at positions pos (T,) or (B, T), default 0..T-1 -> scores (B, T), in float32 (in_float32).
+        Only random routing reads pos: a learned score looks at the token alone. The variance gate
+        normalises each token's input (RMSNorm) and the weight (unit norm), so scores have the same scale at every
+        depth and use no statistics across positions (a per-batch or per-sequence normalisation would leak the
+        future into causal routing). weight: unit_weight() when the caller has it already (generation reads it once,
+        new_caches)."""
+        if self.random:
+            pos = torch.arange(x.size(1), device=x.device) if pos is None else pos
+            draw, row0 = self.draw if self.training else (EVAL_DRAW, self.draw[1])   # evaluation: one fixed draw
+            return random_scores(draw, row0, self.layer_idx, x.size(0), pos)
+        weight = self.unit_weight() if weight is None else weight
+        if self.variance:
+            return F.linear(F.rms_norm(x, (x.size(-1),)), weight).squeeze(-1)
+        return F.linear(x, weight).squeeze(-1)
+
+    def unit_weight(self):
+        """The scoring vector (1, C) that forward uses: the weight, at unit norm for the variance gate."""
+        return self.weight / self.weight.norm() if self.variance else self.weight
+
+    def gate(self, r):
+        """Multiplier on a selected token's update, with the router on the gradient path."""
+        if self.random:
+            return self.gain.expand_as(r)           # the control: the layer's learnable gain alone
+        if self.variance:
+            return self.gain * torch.sigmoid(r)     # X-MoD: g_l * sigmoid(normalised score)
+        return r                                    # MoD: the raw router weight (Raposo et al., 2024)
+
+    def threshold(self):
+        if self.random:                             # each token passes with probability c (random_scores)
+            return torch.full_like(self.thr_sum, 1.0 - self.capacity)
+        return self.thr_sum / (1.0 - self.momentum ** self.thr_steps).clamp_min(1e-12)
+
+    @torch.no_grad()
+    def update_threshold(self, r, k):
+        """Track the batch's (1 - c) score quantile: the cut between its (B*k)-th and (B*k+1)-th highest scores.
+        A fixed sigmoid(r) > 0.5 would keep far fewer than c of the tokens at small capacity (docs/design.md,
+        causal routing)."""
+        cut, _ = topk_cut(r.detach().flatten(), r.size(0) * k)
+        self.add_cut(cut)
+
+    @torch.no_grad()
+    def add_cut(self, cut):
+        """One EMA step towards a batch's cut (0-dim): update_threshold's, and GPT.calibrate's, which cuts every
+        routed layer in one batched top-k."""
+        self.thr_sum.mul_(self.momentum).add_((1 - self.momentum) * cut)
+        self.thr_steps.add_(1)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# 6. Depth balancing: every token's expected routed depth near c * R
+
+def depth_balance_loss(p, target):
+    """X-MoD's depth-wise token balancing (our reading): keep every token's expected routed depth near c*R.
+    p (R, B, T): each routed layer's soft choice of each token; target: c*R. Centring p on each layer's top-k
+    cut-off (p = sigmoid(r - cut), see RoutedBlock) makes the loss act on the realised selection, not on an
+    uncalibrated sigmoid(r); normalised by R so the coefficient does not scale with depth."""
+    depth = p.sum(0)                                                   # (B, T) expected routed depth per token
+    return ((depth - target) ** 2).mean() / p.size(0)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# 7. The small MoE: token-choice top-k over experts, Switch balancing, z-loss, capacity factor
+
+class MoEBlock(Block):
+    """A block whose MLP is the MoE: attention is dense, the MLP is a mixture. Same weights' names as Block."""
+    kind = 'moe'
+
+    def __init__(self, config):
+        super().__init__(config, mlp=MoE(config))
+
+    def ffn(self, h, routing):
+        return self.mlp(h, routing)                 # causal routing (generation): each token routed alone
 
 
 class MoEAux(NamedTuple):
@@ -654,19 +664,17 @@ class MoE(nn.Module):
         return y, keep.sum()
 
 
-class MoEBlock(Block):
-    """A block whose MLP is the MoE: attention is dense, the MLP is a mixture. Same weights' names as Block."""
-    kind = 'moe'
-
-    def __init__(self, config):
-        super().__init__(config, mlp=MoE(config))
-
-    def ffn(self, h, routing):
-        return self.mlp(h, routing)                 # causal routing (generation): each token routed alone
+def expert_slots(config, N, routing='topk'):
+    """Slots per expert for a batch of N tokens: ceil(capacity_factor * top_k * N / E), at most N (MoE routing and
+    flops_per_token). A batch-wide capacity makes a token's fate depend on later
+    positions, so causal routing gives every expert room for all N tokens: it drops nothing."""
+    if routing == 'causal':
+        return N
+    return min(N, math.ceil(config.expert_capacity_factor * config.expert_top_k * N / config.n_expert))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# 6. The model
+# 8. The model
 
 class GPT(nn.Module):
 
@@ -864,7 +872,7 @@ class GPT(nn.Module):
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, window='refill'):
         """Sample with causal routing: no routed layer or expert looks at a position after the one predicted.
-        use_cache: the prompt in one pass, then each new token runs each layer once with its KV cache (section 9; a
+        use_cache: the prompt in one pass, then each new token runs each layer once with its KV cache (section 11; a
         routed layer caches only the tokens it took), instead of recomputing the whole window. Past block_size,
         window says what the model sees: 'refill' (with the cache) re-fills the cache once from the last half window
         (a prefill of the last block_size // 2 tokens, at positions 0..) and decodes on until the window is full
@@ -894,7 +902,7 @@ class GPT(nn.Module):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# 7. What the log records about routing
+# 9. What the log records about routing
 
 @torch.no_grad()
 def routing_stats(model, layers, routing):
@@ -935,7 +943,7 @@ def routing_stats(model, layers, routing):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# 8. Accounting from the config alone, and FLOP matching
+# 10. Accounting from the config alone, and FLOP matching
 
 def flops_per_token(config, T=None, batch_size=1):
     """Forward FLOPs per token that the fast path executes in training (top-k) mode at context T (a matmul of
@@ -992,7 +1000,7 @@ def match_flops(dense, model, stride=None, n_layer=None, capacity=None, tol=0.02
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# 9. Generation with a KV cache: the prompt in one pass, then one token at a time (GPT.generate's use_cache=True)
+# 11. Generation with a KV cache: the prompt in one pass, then one token at a time (GPT.generate's use_cache=True)
 
 class KVCache:
     """One attention layer's keys and values (B, nh, L, hs), after RoPE, of the tokens it has taken so far: a dense
@@ -1084,7 +1092,7 @@ def decode_next(model, idx, pos, caches):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# 10. The model zoo: `python xmod.py`
+# 12. The model zoo: `python xmod.py`
 
 def zoo(dense=None):
     """The default small config of each family, the sparse ones FLOP-matched to the dense one: the models that
