@@ -38,45 +38,58 @@ import torch.nn.functional as F
 MODELS = ('dense', 'mod', 'xmod', 'moe')
 IMPLS = ('fast', 'naive')
 GATES = ('variance', 'plain')
-ROUTERS = ('learned', 'random')   # 'random': the control (a random k tokens; MoD's paper compares against it)
-ROUTER_BCES = ('centred', 'raw')  # the logits of the router's BCE: r - cut (ours) or r (MoD's paper)
+ROUTERS = ('learned', 'random')   # 'random': the control (a random k tokens; MoD's paper compares
+                                  # against it)
+ROUTER_BCES = ('centred', 'raw')  # the logits of the router's BCE: r - cut (ours) or r (MoD's
+                                  # paper)
 RESID_INITS = ('layers', 'active')
 ROUTINGS = ('topk', 'causal')
 WINDOWS = ('refill', 'exact')    # generation past block_size (GPT.generate)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 1. Config
 
 @dataclass
 class GPTConfig:
     # backbone (defaults: the laptop-sized char-level Shakespeare model)
-    block_size: int = 128           # train.py's default context, so `python xmod.py` shows what it trains
-    vocab_size: int = 84            # char-level Shakespeare (modern spelling) has 84 distinct characters
+    block_size: int = 128     # train.py's default context, so `python xmod.py` shows what it trains
+    vocab_size: int = 84      # char-level Shakespeare (modern spelling) has 84 distinct characters
     n_layer: int = 4
     n_head: int = 4                 # attention heads
     n_embd: int = 128               # width C
     dropout: float = 0.0            # dropout probability (0 for small data that is seen about once)
     bias: bool = False              # biases in Linear layers
-    resid_init: str = 'layers'      # residual projections' init std 0.02/sqrt(2L): L = n_layer | the depth a token
-                                    # passes, 'active' (init_depth)
+    resid_init: str = 'layers'      # residual projections' init std 0.02/sqrt(2L): L = n_layer |
+                                    # the depth a token passes, 'active' (init_depth)
     model: str = 'dense'            # 'dense' | 'mod' | 'xmod' | 'moe'
     impl: str = 'fast'              # 'fast' (static shapes, compiles) | 'naive' (the idea, plainly)
     # sparse depth (mod, xmod)
-    stride: int = 4                 # xmod: layer l is a dense anchor when l % stride == 0; mod always alternates (2)
-    capacity: float = 0.125         # fraction c of each sequence's tokens that a routed layer processes
-    gate: Optional[str] = None      # 'variance' (X-MoD) | 'plain' (MoD's raw router weight); None = family default
-    balance: Optional[float] = None  # depth-balance loss coefficient; None = family default (xmod 0.1, mod 0)
-    router: str = 'learned'         # 'learned' | 'random' (control: random tokens, the gate is the gain alone)
-    router_bce: Optional[str] = None  # 'centred' | 'raw' logits of the router's BCE; None = family default (mod raw)
-    router_aux: float = 0.1         # BCE loss teaching the router to predict its own top-k choice (causal routing)
-    router_momentum: float = 0.9    # EMA momentum of the calibrated causal threshold (0 = each step's own quantile)
-    router_zloss: float = 0.0       # ablation: penalty on the routers' mean squared score (keeps scores unsaturated)
+    stride: int = 4                 # xmod: layer l is a dense anchor when l % stride == 0; mod
+                                    # always alternates (2)
+    capacity: float = 0.125         # fraction c of each sequence's tokens that a routed layer
+                                    # processes
+    gate: Optional[str] = None      # 'variance' (X-MoD) | 'plain' (MoD's raw router weight); None =
+                                    # family default
+    balance: Optional[float] = None  # depth-balance loss coefficient; None = family default (xmod
+                                     # 0.1, mod 0)
+    router: str = 'learned'         # 'learned' | 'random' (control: random tokens, the gate is the
+                                    # gain alone)
+    router_bce: Optional[str] = None  # 'centred' | 'raw' logits of the router's BCE; None = family
+                                      # default (mod raw)
+    router_aux: float = 0.1         # BCE loss teaching the router to predict its own top-k choice
+                                    # (causal routing)
+    router_momentum: float = 0.9    # EMA momentum of the calibrated causal threshold (0 = each
+                                    # step's own quantile)
+    router_zloss: float = 0.0       # ablation: penalty on the routers' mean squared score (keeps
+                                    # scores unsaturated)
     # mixture of experts (moe)
     n_expert: int = 8               # moe: experts per layer
     expert_top_k: int = 2           # moe: experts per token
-    expert_hidden: Optional[int] = None   # None: 4*n_embd // expert_top_k, so active params match a dense MLP
-    expert_capacity_factor: float = 1.25   # moe: slots per expert = factor * top_k * tokens / experts
+    expert_hidden: Optional[int] = None   # None: 4*n_embd // expert_top_k, so active params match a
+                                          # dense MLP
+    expert_capacity_factor: float = 1.25   # moe: slots per expert = factor * top_k * tokens /
+                                           # experts
     moe_aux: float = 0.01           # Switch load-balancing loss coefficient
     moe_zloss: float = 0.001        # router z-loss coefficient
 
@@ -108,7 +121,8 @@ class GPTConfig:
         if self.balance is None:
             self.balance = 0.1 if self.model == 'xmod' else 0.0
         if self.router_bce is None:
-            self.router_bce = 'raw' if self.model == 'mod' else 'centred'   # MoD as published; X-MoD our reading
+            # MoD as published; X-MoD our reading
+            self.router_bce = 'raw' if self.model == 'mod' else 'centred'
         for name, allowed in (('router', ROUTERS), ('router_bce', ROUTER_BCES), ('resid_init', RESID_INITS)):
             if getattr(self, name) not in allowed:
                 bad(name, ' | '.join(allowed))
@@ -129,21 +143,24 @@ class GPTConfig:
             bad('dropout', 'a number in [0, 1)')
 
     def anchor_stride(self):
-        """The spacing of dense anchors: MoD alternates one dense layer and one routed (Raposo et al., 2024) whatever
-        `stride` says; X-MoD puts an anchor every `stride` layers, capacity independent of stride; stride 1 is dense."""
+        """The spacing of dense anchors: MoD alternates one dense layer and one routed (Raposo et
+        al., 2024) whatever `stride` says; X-MoD puts an anchor every `stride` layers, capacity
+        independent of stride; stride 1 is dense."""
         return 2 if self.model == 'mod' else self.stride
 
     def is_dense_layer(self, l):
-        """The layer layout, and its only home: layer l is a dense anchor, or a routed layer (mod, xmod)."""
+        """The layer layout, and its only home: layer l is a dense anchor, or a routed layer (mod,
+        xmod)."""
         if self.model in ('mod', 'xmod'):
             return l % self.anchor_stride() == 0
-        return True                        # dense; moe (its attention is dense, its MLP is a mixture)
+        return True                      # dense; moe (its attention is dense, its MLP is a mixture)
 
 
     def init_depth(self):
-        """L in the residual projections' init std 0.02/sqrt(2L) (GPT.__init__). 'layers': n_layer, GPT-2's rule.
-        'active': the depth a token actually passes, anchors + c * routed layers (X-MoD stride 4 at c = 0.125:
-        3 + 9/8 = 4.1, where n_layer = 12 would make its projections sqrt(3) smaller than its 4-layer dense partner's)."""
+        """L in the residual projections' init std 0.02/sqrt(2L) (GPT.__init__). 'layers': n_layer,
+        GPT-2's rule. 'active': the depth a token actually passes, anchors + c * routed layers
+        (X-MoD stride 4 at c = 0.125: 3 + 9/8 = 4.1, where n_layer = 12 would make its projections
+        sqrt(3) smaller than its 4-layer dense partner's)."""
         kinds = layer_kinds(self)
         if self.resid_init == 'layers' or 'routed' not in kinds:
             return self.n_layer
@@ -152,7 +169,8 @@ class GPTConfig:
 
 
 def layer_kinds(config):
-    """e.g. ['dense', 'routed', 'routed', 'routed', 'dense', ...] for xmod with stride 4 (GPTConfig.is_dense_layer)."""
+    """e.g. ['dense', 'routed', 'routed', 'routed', 'dense', ...] for xmod with stride 4
+    (GPTConfig.is_dense_layer)."""
     if config.model == 'moe':
         return ['moe'] * config.n_layer
     return ['dense' if config.is_dense_layer(l) else 'routed' for l in range(config.n_layer)]
@@ -164,13 +182,14 @@ def layout_string(config):
 
 
 def routed_k(capacity, T):
-    """k, the tokens per sequence that a routed layer processes at capacity c and context T: round half up,
-    never 0. Routing, the FLOP count and FLOP matching all use it (GPTConfig refuses a c that rounds to 0)."""
+    """k, the tokens per sequence that a routed layer processes at capacity c and context T: round
+    half up, never 0. Routing, the FLOP count and FLOP matching all use it (GPTConfig refuses a c
+    that rounds to 0)."""
     return max(1, int(capacity * T + 0.5))
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# 2. The backbone: pre-norm decoder block with RoPE attention that takes each token's position explicitly
+# --------------------------------------------------------------------------------------------------
+# 2. The backbone: a pre-norm block whose RoPE attention takes each token's position explicitly
 
 def rope_tables(head_size, block_size, base=10000.0):
     inv_freq = 1.0 / (base ** (torch.arange(0, head_size, 2).float() / head_size))
@@ -179,12 +198,13 @@ def rope_tables(head_size, block_size, base=10000.0):
 
 
 def apply_rope(x, cos, sin):
-    """x (B, nh, T, hs), or q and k stacked (2, B, nh, T, hs) to rotate both in one call; cos/sin (B or 1, T, hs/2)
-    gathered at each token's own position."""
+    """x (B, nh, T, hs), or q and k stacked (2, B, nh, T, hs) to rotate both in one call; cos/sin (B
+    or 1, T, hs/2) gathered at each token's own position."""
     x1, x2 = x.chunk(2, dim=-1)
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)    # broadcast over heads
-    # (x1 cos - x2 sin, x1 sin + x2 cos) as x * (cos, cos) + (x2, x1) * (-sin, sin): the same bits, and on x's size
-    # two multiplies, one add and one cat instead of four, two and one (the tables are nh times smaller)
+    # (x1 cos - x2 sin, x1 sin + x2 cos) as x * (cos, cos) + (x2, x1) * (-sin, sin): the same bits,
+    # and on x's size two multiplies, one add and one cat instead of four, two and one (the tables
+    # are nh times smaller)
     return x * torch.cat([cos, cos], dim=-1) + torch.cat([x2, x1], dim=-1) * torch.cat([-sin, sin], dim=-1)
 
 
@@ -197,29 +217,34 @@ class Attention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
         cos, sin = rope_tables(config.n_embd // config.n_head, config.block_size)
-        self.register_buffer('cos', cos, persistent=False)   # not in the state_dict: both impls load the same
+        self.register_buffer('cos', cos, persistent=False)   # not in the state_dict: both impls
+                                                             # load the same
         self.register_buffer('sin', sin, persistent=False)
 
     def qkv(self, x, pos):
-        """x (B, T, C) -> q, k, v (B, nh, T, hs), q and k rotated by RoPE at pos (T,) or (B, T): each token's ORIGINAL
-        position in its sequence. After a routed gather the tokens are a subsequence, and RoPE must still rotate them
-        by where they were, not by 0..k-1 (a known bug of public MoD code)."""
+        """x (B, T, C) -> q, k, v (B, nh, T, hs), q and k rotated by RoPE at pos (T,) or (B, T):
+        each token's ORIGINAL position in its sequence. After a routed gather the tokens are a
+        subsequence, and RoPE must still rotate them by where they were, not by 0..k-1 (a known bug
+        of public MoD code)."""
         B, T, C = x.size()
-        qkv = self.c_attn(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
-        # the tables in q and k's dtype: float32 tables would promote autocast's bf16 q and k to float32 (extra
-        # full-size passes, cast back by SDPA). In float32 the cast is a no-op: the same bits as before
-        cos, sin = self.cos[pos].to(qkv.dtype), self.sin[pos].to(qkv.dtype)   # (T, hs/2) or (B, T, hs/2)
+        qkv = self.c_attn(x).view(B, T, 3, self.n_head, C // self.n_head)
+        qkv = qkv.permute(2, 0, 3, 1, 4)                                    # (3, B, nh, T, hs)
+        # the tables in q and k's dtype: float32 tables would promote autocast's bf16 q and k to
+        # float32 (extra full-size passes, cast back by SDPA). In float32 the cast is a no-op: the
+        # same bits as before. cos, sin (T, hs/2) or (B, T, hs/2)
+        cos, sin = self.cos[pos].to(qkv.dtype), self.sin[pos].to(qkv.dtype)
         if cos.dim() == 2:
             cos, sin = cos.unsqueeze(0), sin.unsqueeze(0)
-        q, k = apply_rope(qkv[:2], cos, sin)                                # q and k in one rotation: half the ops
+        q, k = apply_rope(qkv[:2], cos, sin)                # q and k in one rotation: half the ops
         return q, k, qkv[2]
 
     def forward(self, x, pos, cache=None, seqs=None):
-        """Causal attention among the tokens of x (B, T, C), in the given order, at positions pos (qkv).
-        cache (generation): empty, it keeps every token's key and value (after RoPE): the prompt in one pass.
-        Once it holds the prompt, x (n, 1, C) is the next token of each of the sequences seqs (None: all) at
-        positions pos (n, 1): its key and value join the cache and it attends over all its sequence has cached
-        (all earlier: no causal mask; a padding mask where sequences hold different numbers of tokens)."""
+        """Causal attention among the tokens of x (B, T, C), in the given order, at positions pos
+        (qkv). cache (generation): empty, it keeps every token's key and value (after RoPE): the
+        prompt in one pass. Once it holds the prompt, x (n, 1, C) is the next token of each of the
+        sequences seqs (None: all) at positions pos (n, 1): its key and value join the cache and it
+        attends over all its sequence has cached (all earlier: no causal mask; a padding mask where
+        sequences hold different numbers of tokens)."""
         B, T, C = x.size()
         q, k, v = self.qkv(x, pos)
         if cache is not None and cache.prefilled:
@@ -246,9 +271,10 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """A pre-norm transformer block. `delta` is its update f(x) = attn + mlp: the block's output is x + f(x).
-    Routed layers add g * w(r) * f(x) instead, so the residual x is added exactly once (public MoD code that adds
-    the block's *output* x + f(x) back onto x counts the residual twice)."""
+    """A pre-norm transformer block. `delta` is its update f(x) = attn + mlp: the block's output is
+    x + f(x). Routed layers add g * w(r) * f(x) instead, so the residual x is added exactly once
+    (public MoD code that adds the block's *output* x + f(x) back onto x counts the residual
+    twice)."""
     kind = 'dense'
 
     def __init__(self, config, mlp=None):
@@ -259,40 +285,44 @@ class Block(nn.Module):
         self.mlp = mlp if mlp is not None else MLP(config)
 
     def forward(self, x, pos, routing='topk', cache=None):
-        """A dense layer (an anchor): every token, in either routing mode. Every layer of GPT is called the same
-        way, x, aux = layer(x, pos, routing, cache); a dense layer has nothing to route and reports None.
-        cache: generation's KV cache (Attention.forward), the prompt in one pass or one new token."""
+        """A dense layer (an anchor): every token, in either routing mode. Every layer of GPT is
+        called the same way, x, aux = layer(x, pos, routing, cache); a dense layer has nothing to
+        route and reports None. cache: generation's KV cache (Attention.forward), the prompt in one
+        pass or one new token."""
         f, aux = self.update(x, self.attn(self.ln_1(x), pos, cache), routing)
         return x + f, aux
 
     def delta(self, x, pos, cache=None, slots=None, seqs=None):
-        """The update f(x) alone, for a routed layer's selected tokens x (B, k, C) at positions pos. slots (n,): the
-        MLP runs on these rows of the flattened (B*k, C) only, packed, and f is (n, C) (causal routing's real slots:
-        attention needs each sequence's tokens side by side, the MLP, 2/3 of the FLOPs, needs no neighbours).
-        cache and seqs: generation's, as Attention.forward takes them."""
+        """The update f(x) alone, for a routed layer's selected tokens x (B, k, C) at positions pos.
+        slots (n,): the MLP runs on these rows of the flattened (B*k, C) only, packed, and f is (n,
+        C) (causal routing's real slots: attention needs each sequence's tokens side by side, the
+        MLP, 2/3 of the FLOPs, needs no neighbours). cache and seqs: generation's, as
+        Attention.forward takes them."""
         a = self.attn(self.ln_1(x), pos, cache, seqs)                     # (B, k, C)
         if slots is not None:
             x, a = x.flatten(0, 1)[slots], a.flatten(0, 1)[slots]           # (n, C) each
         return self.update(x, a)[0]
 
     def update(self, x, a, routing='topk'):
-        """Attention, then MLP: f = a + mlp(ln_2(x + a)) from the attention's output a, and what the MLP reports."""
+        """Attention, then MLP: f = a + mlp(ln_2(x + a)) from the attention's output a, and what the
+        MLP reports."""
         m, aux = self.ffn(self.ln_2(x + a), routing)
         return a + m, aux
 
     def ffn(self, h, routing):
-        """The MLP on the normed stream h, and its aux: None here; MoEBlock puts its mixture of experts here."""
+        """The MLP on the normed stream h, and its aux: None here; MoEBlock puts its mixture of
+        experts here."""
         return self.mlp(h), None
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 3. Top-k routing: which k tokens of each sequence a routed layer takes
 
 def topk_cut(scores, k):
-    """The k highest entries of the last dim and a cut between the k-th and the (k+1)-th, so that exactly those k
-    have scores > cut (with k = all of them, a cut below the lowest). Top-k routing cuts each sequence here, the
-    causal threshold tracks the cut of the whole batch.
-    scores (..., n) -> cut (...), order (..., k): the top k's indices, highest score first."""
+    """The k highest entries of the last dim and a cut between the k-th and the (k+1)-th, so that
+    exactly those k have scores > cut (with k = all of them, a cut below the lowest). Top-k routing
+    cuts each sequence here, the causal threshold tracks the cut of the whole batch. scores (..., n)
+    -> cut (...), order (..., k): the top k's indices, highest score first."""
     n = scores.size(-1)
     top, order = torch.topk(scores, min(k + 1, n), dim=-1)             # (..., k+1), highest first
     cut = (top[..., k - 1] + top[..., k]) / 2 if k < n else top[..., -1] - 1.0
@@ -300,36 +330,37 @@ def topk_cut(scores, k):
 
 
 def route_topk(scores, k):
-    """Expert-choice top-k over each sequence (MoD, Raposo et al. 2024): the k highest scores of every row.
-    scores (B, T) -> taken (B, k) the positions taken, ascending, mask (B, T) bool, cut (B,) with mask ==
-    scores > cut.
-    Selection is per batch element: a token competes only with its own sequence. It is NOT causal: whether
-    token i is kept depends on later tokens' scores."""
+    """Expert-choice top-k over each sequence (MoD, Raposo et al. 2024): the k highest scores of
+    every row. scores (B, T) -> taken (B, k) the positions taken, ascending, mask (B, T) bool, cut
+    (B,) with mask == scores > cut. Selection is per batch element: a token competes only with its
+    own sequence. It is NOT causal: whether token i is kept depends on later tokens' scores."""
     cut, order = topk_cut(scores, k)
     taken = order.sort(dim=1).values                                    # (B, k) in original order
     mask = torch.zeros_like(scores, dtype=torch.bool).scatter(1, taken, True)
     return taken, mask, cut
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 4. The routed block (MoD and X-MoD)
 
 class RoutedAux(NamedTuple):
-    """What a routed layer reports beside x: the router's verdict on each token. GPT.aux_losses turns it into the
-    router's BCE and depth balancing, GPT.calibrate into the causal threshold, routing_stats into the log."""
-    scores: torch.Tensor                        # (B, T) router scores r, float32
-    mask: torch.Tensor                          # (B, T) bool: the tokens the layer took
-    centred: Optional[torch.Tensor] = None      # (B, T) top-k only: r - cut, > 0 exactly where taken
-    cut: Optional[torch.Tensor] = None          # (B,) top-k only: each sequence's cut (topk_cut)
+    """What a routed layer reports beside x: the router's verdict on each token. GPT.aux_losses
+    turns it into the router's BCE and depth balancing, GPT.calibrate into the causal threshold,
+    routing_stats into the log."""
+    scores: torch.Tensor                       # (B, T) router scores r, float32
+    mask: torch.Tensor                         # (B, T) bool: the tokens the layer took
+    centred: Optional[torch.Tensor] = None     # (B, T) top-k only: r - cut, > 0 exactly where taken
+    cut: Optional[torch.Tensor] = None         # (B,) top-k only: each sequence's cut (topk_cut)
 
 
 class RoutedBlock(nn.Module):
-    """A whole block (attention + MLP) that only some tokens go through; every other token passes untouched.
+    """A whole block (attention + MLP) that only some tokens go through; every other token passes
+    untouched.
       routing='topk'   (training): exactly k = routed_k(c, T) tokens per sequence, the k highest router scores.
       routing='causal' (sampling, honest validation): token i is taken when its score passes the calibrated
                         threshold, which uses no other position. The number taken varies per sequence.
-    Selected tokens keep their order and their original positions; attention runs among them only, causally.
-    The update is gated: x_i <- x_i + gate(r_i) * f(x_i)."""
+    Selected tokens keep their order and their original positions; attention runs among them only,
+    causally. The update is gated: x_i <- x_i + gate(r_i) * f(x_i)."""
     kind = 'routed'
 
     def __init__(self, config, layer_idx):
@@ -339,11 +370,13 @@ class RoutedBlock(nn.Module):
         self.router = Router(config, layer_idx)
 
     def forward(self, x, pos, routing='topk', cache=None):
-        """x (B, T, C) -> x, aux: a RoutedAux, this layer's scores and selection, in top-k mode also the scores
-        centred on each sequence's cut (the router's BCE, depth balancing). cache (generation, causal routing): the prompt in
-        one pass fills it with the tokens taken; once filled, x (B, 1, C) is each sequence's next token."""
+        """x (B, T, C) -> x, aux: a RoutedAux, this layer's scores and selection, in top-k mode also
+        the scores centred on each sequence's cut (the router's BCE, depth balancing). cache
+        (generation, causal routing): the prompt in one pass fills it with the tokens taken; once
+        filled, x (B, 1, C) is each sequence's next token."""
         B, T, C = x.size()
-        if cache is not None:                   # the threshold and the router's weight, read once per generation
+        if cache is not None:                   # the threshold and the router's weight, read once
+                                                # per generation
             r = self.router(x, pos, cache.router_weight)                    # (B, T)
             if cache.prefilled:
                 return self.forward_step(x, pos, r, cache)
@@ -353,13 +386,14 @@ class RoutedBlock(nn.Module):
         w = self.router.gate(r)                                             # (B, T)
         if routing == 'topk':
             taken, mask, cut = route_topk(r, routed_k(self.capacity, T))
-            # The router learns to predict its own top-k choice from the token alone (for causal routing): this
-            # sequence's own mask is the target of its BCE, whose logits are the scores centred on this sequence's
-            # own cut, or the raw scores (router_bce; GPT.aux_losses, all routed layers in one call);
-            # sigmoid(centred) is its soft choice, for depth balancing.
+            # The router learns to predict its own top-k choice from the token alone (for causal
+            # routing): this sequence's own mask is the target of its BCE, whose logits are the
+            # scores centred on this sequence's own cut, or the raw scores (router_bce;
+            # GPT.aux_losses, all routed layers in one call); sigmoid(centred) is its soft choice,
+            # for depth balancing.
             aux = RoutedAux(r, mask, centred=r - cut.unsqueeze(1), cut=cut)
         else:
-            taken, mask = None, r > self.router.threshold()                 # causal: token i's own score only
+            taken, mask = None, r > self.router.threshold()       # causal: token i's own score only
             aux = RoutedAux(r, mask)
         if self.impl == 'naive':
             x = self.forward_naive(x, mask, w)
@@ -370,87 +404,95 @@ class RoutedBlock(nn.Module):
         return x, aux
 
     def forward_naive(self, x, mask, w):
-        """The idea, plainly: for each sequence, pick its selected tokens with a boolean mask, run the block on that
-        subsequence at the tokens' original positions, and add the gated update back onto those tokens only."""
+        """The idea, plainly: for each sequence, pick its selected tokens with a boolean mask, run
+        the block on that subsequence at the tokens' original positions, and add the gated update
+        back onto those tokens only."""
         out = x.clone()
         for b in range(x.size(0)):
-            pos = mask[b].nonzero().squeeze(1)                              # (k_b,) original positions, ascending
+            pos = mask[b].nonzero().squeeze(1)                # (k_b,) original positions, ascending
             if pos.numel() == 0:
                 continue
             xs = x[b, pos].unsqueeze(0)                                     # (1, k_b, C)
             f = self.block.delta(xs, pos)                                   # (1, k_b, C)
-            out[b, pos] = x[b, pos] + (w[b, pos].unsqueeze(-1) * f[0]).to(x.dtype)   # in the residual's dtype
+            # in the residual's dtype
+            out[b, pos] = x[b, pos] + (w[b, pos].unsqueeze(-1) * f[0]).to(x.dtype)
         return out
 
     def forward_fast(self, x, taken, w):
-        """Top-k, static shapes: gather the k tokens of every sequence at once, run the block batched, scatter-add
-        the gated update. scatter_add touches only the selected rows, so every other token is bit-for-bit x.
-        Under autocast f is bf16/fp16 and the gate float32: the update joins the residual stream in x's dtype."""
+        """Top-k, static shapes: gather the k tokens of every sequence at once, run the block
+        batched, scatter-add the gated update. scatter_add touches only the selected rows, so every
+        other token is bit-for-bit x. Under autocast f is bf16/fp16 and the gate float32: the update
+        joins the residual stream in x's dtype."""
         C = x.size(-1)
-        index = taken.unsqueeze(-1).expand(-1, -1, C)                       # (B, k, C)
-        xs = torch.gather(x, 1, index)                                      # (B, k, C)
-        f = self.block.delta(xs, taken)                                     # (B, k, C); RoPE at their positions
-        ws = torch.gather(w, 1, taken).unsqueeze(-1)                        # (B, k, 1)
+        index = taken.unsqueeze(-1).expand(-1, -1, C)           # (B, k, C)
+        xs = torch.gather(x, 1, index)                          # (B, k, C)
+        f = self.block.delta(xs, taken)                         # (B, k, C); RoPE at their positions
+        ws = torch.gather(w, 1, taken).unsqueeze(-1)            # (B, k, 1)
         return torch.scatter_add(x, 1, index, (ws * f).to(x.dtype))
 
     def forward_fast_causal(self, x, mask, w, cache=None):
-        """Causal routing at the cost of the tokens taken: each sequence's taken tokens, gathered to the front in order
-        and padded to the batch's largest count k_max, go through attention at their original positions; the MLP
-        runs on the real slots of the whole batch packed together (n, their sum, not B * k_max); their gated update
-        is added back onto their rows. cache (prefill) keeps the real slots only."""
+        """Causal routing at the cost of the tokens taken: each sequence's taken tokens, gathered to
+        the front in order and padded to the batch's largest count k_max, go through attention at
+        their original positions; the MLP runs on the real slots of the whole batch packed together
+        (n, their sum, not B * k_max); their gated update is added back onto their rows. cache
+        (prefill) keeps the real slots only."""
         B, T, C = x.size()
-        counts = mask.sum(1)                                                # (B,) tokens taken per sequence
-        # k_max and n are the sizes read from the data (one host sync): torch.compile keeps them in one graph as
-        # "unbacked" sizes (torch._dynamo.config.capture_scalar_outputs = True, as train.py sets), told only these
-        # bounds. At least one of each, so that no tensor is empty: when nothing passes, one padding slot runs
-        # through the block, its update times 0.
+        counts = mask.sum(1)                                      # (B,) tokens taken per sequence
+        # k_max and n are the sizes read from the data (one host sync): torch.compile keeps them in
+        # one graph as "unbacked" sizes (torch._dynamo.config.capture_scalar_outputs = True, as
+        # train.py sets), told only these bounds. At least one of each, so that no tensor is empty:
+        # when nothing passes, one padding slot runs through the block, its update times 0.
         k_max, n = torch.stack([counts.max(), counts.sum()]).clamp_min(1).tolist()
         torch._check(k_max >= 1)
         torch._check(k_max <= T)
         torch._check(n >= 1)
         torch._check(n <= B * k_max)
-        first = torch.where(mask, 0, T) + torch.arange(T, device=x.device)  # selected positions sort first
-        taken = first.argsort(dim=1)[:, :k_max]                             # (B, k_max) positions, ascending
-        real = torch.arange(k_max, device=x.device) < counts.unsqueeze(1)   # (B, k_max)
-        slots = real.logical_not().flatten().argsort(stable=True)[:n]       # (n,) real slots of (B*k_max), in order
-        token = (taken + T * torch.arange(B, device=x.device).unsqueeze(1)).flatten()[slots]   # (n,) rows in (B*T)
-        xs = torch.gather(x, 1, taken.unsqueeze(-1).expand(-1, -1, C))      # (B, k_max, C)
-        # plain causal attention suffices: a real slot's earlier slots are all real; what padding computes is dropped
-        f = self.block.delta(xs, taken, cache=cache, slots=slots)           # (n, C); RoPE at their positions
+        first = torch.where(mask, 0, T) + torch.arange(T, device=x.device)  # taken sort first
+        taken = first.argsort(dim=1)[:, :k_max]                   # (B, k_max) positions, ascending
+        real = torch.arange(k_max, device=x.device) < counts.unsqueeze(1)  # (B, k_max)
+        slots = real.logical_not().flatten().argsort(stable=True)[:n]  # (n,) real slots, in order
+        # (n,) the real slots' rows in the flattened (B*T)
+        token = (taken + T * torch.arange(B, device=x.device).unsqueeze(1)).flatten()[slots]
+        xs = torch.gather(x, 1, taken.unsqueeze(-1).expand(-1, -1, C))  # (B, k_max, C)
+        # plain causal attention suffices: a real slot's earlier slots are all real; what padding
+        # computes is dropped. f (n, C), RoPE at the tokens' own positions
+        f = self.block.delta(xs, taken, cache=cache, slots=slots)
         if cache is not None:
-            cache.keep(counts)                                              # the padding slots are not cached
-        ws = (w.flatten()[token] * real.flatten()[slots]).unsqueeze(-1)     # (n, 1); 0 on a padding slot
+            cache.keep(counts)                                    # the padding slots are not cached
+        ws = (w.flatten()[token] * real.flatten()[slots]).unsqueeze(-1)  # (n, 1); 0 on padding
         return x.flatten(0, 1).index_add(0, token, (ws * f).to(x.dtype)).view(B, T, C)
 
     def forward_step(self, x, pos, r, cache):
-        """Generation's next token of each sequence, x (B, 1, C) at positions pos (B, 1), scored r (B, 1), with
-        the KV cache. Where its score does not pass the threshold the layer does nothing more for it (no
-        attention, no MLP, nothing cached); the others attend over the tokens this layer took before in their
-        own sequence."""
+        """Generation's next token of each sequence, x (B, 1, C) at positions pos (B, 1), scored r
+        (B, 1), with the KV cache. Where its score does not pass the threshold the layer does
+        nothing more for it (no attention, no MLP, nothing cached); the others attend over the
+        tokens this layer took before in their own sequence."""
         mask = r > cache.threshold                                          # (B, 1)
         aux = RoutedAux(r, mask)
-        if x.size(0) == 1:                  # batch 1: a Python branch, no index ops (most tokens are skipped here)
+        if x.size(0) == 1:   # batch 1: a Python branch, no index ops (most tokens are skipped here)
             if not mask.item():
                 return x, aux
             f = self.block.delta(x, pos, cache)                             # (1, 1, C)
             return x + (self.router.gate(r).unsqueeze(-1) * f).to(x.dtype), aux
-        seqs = mask[:, 0].nonzero().squeeze(1)                              # (n,) sequences whose token is taken
+        seqs = mask[:, 0].nonzero().squeeze(1)                 # (n,) sequences whose token is taken
         if seqs.numel() == 0:
             return x, aux
-        f = self.block.delta(x[seqs], pos[seqs], cache, seqs=seqs)          # (n, 1, C); only their caches change
+        # (n, 1, C); only their caches change
+        f = self.block.delta(x[seqs], pos[seqs], cache, seqs=seqs)
         w = self.router.gate(r[seqs]).unsqueeze(-1)                         # (n, 1, 1)
         return x.index_add(0, seqs, (w * f).to(x.dtype)), aux               # x + gated f there
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 5. The router: each token's score, the gate on its update, the causal threshold
 
 def in_float32(forward):
-    """A router's forward(self, x) in float32 with autocast off, whatever the precision around it ("selective
-    precision": Switch Transformers keeps its router in float32, Fedus et al. 2021). Under bf16 autocast, with 8
-    bits of mantissa, most rows of 128 scores hold ties, and a top-k cut between equal scores would no longer make
-    "selected" mean "score > cut"; the causal threshold and the router's BCE targets would lose their meaning too.
-    In float32 it changes nothing. Used by Router.forward and MoE.router_logits."""
+    """A router's forward(self, x) in float32 with autocast off, whatever the precision around it
+    ("selective precision": Switch Transformers keeps its router in float32, Fedus et al. 2021).
+    Under bf16 autocast, with 8 bits of mantissa, most rows of 128 scores hold ties, and a top-k cut
+    between equal scores would no longer make "selected" mean "score > cut"; the causal threshold
+    and the router's BCE targets would lose their meaning too. In float32 it changes nothing. Used
+    by Router.forward and MoE.router_logits."""
     @functools.wraps(forward)
     def wrapped(self, x, *args):
         with torch.autocast(x.device.type, enabled=False):
@@ -459,12 +501,14 @@ def in_float32(forward):
 
 
 M32 = 0xFFFFFFFF
-EVAL_DRAW = 0x5EED      # the draw every evaluation and generation uses: a random-routing val loss is reproducible
+EVAL_DRAW = 0x5EED      # the draw every evaluation and generation uses: a random-routing val loss
+                        # is reproducible
 
 
 def mix32(h):
-    """A 32-bit integer hash (xor-shift and multiply rounds) of int64 values in [0, 2^32); multipliers below 2^31
-    keep every product inside int64, so it gives the same bits on any device, eager or compiled."""
+    """A 32-bit integer hash (xor-shift and multiply rounds) of int64 values in [0, 2^32);
+    multipliers below 2^31 keep every product inside int64, so it gives the same bits on any device,
+    eager or compiled."""
     h = h ^ (h >> 16)
     h = (h * 0x7FEB352D) & M32
     h = h ^ (h >> 15)
@@ -473,19 +517,22 @@ def mix32(h):
 
 
 def random_scores(draw, row0, layer, B, pos):
-    """The random-routing control's scores: uniform in [0, 1), a pure function of (draw, layer, the sequence's row
-    row0 + b in the global batch, position), so a full forward, a prefill and a decoding step give one token the
-    same score, a run and its resume draw alike, and micro-batches or DDP ranks draw what one big batch would.
-    pos (T,) or (B, T) -> scores (B, T). The top k of each sequence are then a uniformly random k of its tokens,
-    and score > 1 - c takes each token with probability c (Router.threshold)."""
+    """The random-routing control's scores: uniform in [0, 1), a pure function of (draw, layer, the
+    sequence's row row0 + b in the global batch, position), so a full forward, a prefill and a
+    decoding step give one token the same score, a run and its resume draw alike, and micro-batches
+    or DDP ranks draw what one big batch would. pos (T,) or (B, T) -> scores (B, T). The top k of
+    each sequence are then a uniformly random k of its tokens, and score > 1 - c takes each token
+    with probability c (Router.threshold)."""
     rows = row0 + torch.arange(B, device=pos.device).unsqueeze(1)      # (B, 1)
     h = mix32(mix32(mix32(draw & M32) ^ layer) ^ rows)                 # (B, 1)
-    return (mix32(h ^ pos) >> 8).float() * 2.0 ** -24                  # (B, T); 24 bits: exact in float32
+    return (mix32(h ^ pos) >> 8).float() * 2.0 ** -24                  # (B, T); 24 bits: exact in
+                                                                       # float32
 
 
 class Router(nn.Module):
-    """Scores each token for one routed layer, turns a score into the gate on the layer's update, and keeps the
-    calibrated threshold that causal routing uses. router='random' is the control: random scores, no learning."""
+    """Scores each token for one routed layer, turns a score into the gate on the layer's update,
+    and keeps the calibrated threshold that causal routing uses. router='random' is the control:
+    random scores, no learning."""
 
     def __init__(self, config, layer_idx=0):
         super().__init__()
@@ -493,28 +540,31 @@ class Router(nn.Module):
         self.random, self.layer_idx, self.capacity = config.router == 'random', layer_idx, config.capacity
         self.momentum = config.router_momentum
         self.weight = nn.Parameter(torch.empty(1, config.n_embd), requires_grad=not self.random)
-        # X-MoD's variance-scaled layer-wise gate (our reading): a learnable scalar g_l per routed layer,
-        # initialised to 1/sqrt(routed layers per anchor span) so that a longer span of routed layers does not
-        # inflate the residual stream's variance. Unused by the plain gate (kept so state_dicts always match).
+        # X-MoD's variance-scaled layer-wise gate (our reading): a learnable scalar g_l per routed
+        # layer, initialised to 1/sqrt(routed layers per anchor span) so that a longer span of
+        # routed layers does not inflate the residual stream's variance. Unused by the plain gate
+        # (kept so state_dicts always match).
         routed_per_span = max(1, config.anchor_stride() - 1)
         self.gain = nn.Parameter(torch.tensor(1.0 / math.sqrt(routed_per_span)))
         # running (debiased) EMA of the batch's top-k cut-off: the causal threshold, frozen at eval
         self.register_buffer('thr_sum', torch.zeros(()))
         self.register_buffer('thr_steps', torch.zeros(()))
-        # random routing's draw for training forwards and the batch's first row, set by GPT.set_draw (train.py)
+        # random routing's draw for training forwards and the batch's first row, set by GPT.set_draw
+        # (train.py)
         self.register_buffer('draw', torch.zeros(2, dtype=torch.long), persistent=False)
 
     @in_float32
     def forward(self, x, pos=None, weight=None):
-        """x (B, T, C) at positions pos (T,) or (B, T), default 0..T-1 -> scores (B, T), in float32 (in_float32).
-        Only random routing reads pos: a learned score looks at the token alone. The variance gate
-        normalises each token's input (RMSNorm) and the weight (unit norm), so scores have the same scale at every
-        depth and use no statistics across positions (a per-batch or per-sequence normalisation would leak the
-        future into causal routing). weight: unit_weight() when the caller has it already (generation reads it once,
-        new_caches)."""
+        """x (B, T, C) at positions pos (T,) or (B, T), default 0..T-1 -> scores (B, T), in float32
+        (in_float32). Only random routing reads pos: a learned score looks at the token alone. The
+        variance gate normalises each token's input (RMSNorm) and the weight (unit norm), so scores
+        have the same scale at every depth and use no statistics across positions (a per-batch or
+        per-sequence normalisation would leak the future into causal routing). weight: unit_weight()
+        when the caller has it already (generation reads it once, new_caches)."""
         if self.random:
             pos = torch.arange(x.size(1), device=x.device) if pos is None else pos
-            draw, row0 = self.draw if self.training else (EVAL_DRAW, self.draw[1])   # evaluation: one fixed draw
+            # evaluation: one fixed draw
+            draw, row0 = self.draw if self.training else (EVAL_DRAW, self.draw[1])
             return random_scores(draw, row0, self.layer_idx, x.size(0), pos)
         weight = self.unit_weight() if weight is None else weight
         if self.variance:
@@ -522,7 +572,8 @@ class Router(nn.Module):
         return F.linear(x, weight).squeeze(-1)
 
     def unit_weight(self):
-        """The scoring vector (1, C) that forward uses: the weight, at unit norm for the variance gate."""
+        """The scoring vector (1, C) that forward uses: the weight, at unit norm for the variance
+        gate."""
         return self.weight / self.weight.norm() if self.variance else self.weight
 
     def gate(self, r):
@@ -530,80 +581,87 @@ class Router(nn.Module):
         if self.random:
             return self.gain.expand_as(r)           # the control: the layer's learnable gain alone
         if self.variance:
-            return self.gain * torch.sigmoid(r)     # X-MoD: g_l * sigmoid(normalised score)
-        return r                                    # MoD: the raw router weight (Raposo et al., 2024)
+            return self.gain * torch.sigmoid(r)   # X-MoD: g_l * sigmoid(normalised score)
+        return r                                  # MoD: the raw router weight (Raposo et al., 2024)
 
     def threshold(self):
-        if self.random:                             # each token passes with probability c (random_scores)
+        if self.random:                       # each token passes with probability c (random_scores)
             return torch.full_like(self.thr_sum, 1.0 - self.capacity)
         return self.thr_sum / (1.0 - self.momentum ** self.thr_steps).clamp_min(1e-12)
 
     @torch.no_grad()
     def update_threshold(self, r, k):
-        """Track the batch's (1 - c) score quantile: the cut between its (B*k)-th and (B*k+1)-th highest scores.
-        A fixed sigmoid(r) > 0.5 would keep far fewer than c of the tokens at small capacity (docs/design.md,
-        causal routing)."""
+        """Track the batch's (1 - c) score quantile: the cut between its (B*k)-th and (B*k+1)-th
+        highest scores. A fixed sigmoid(r) > 0.5 would keep far fewer than c of the tokens at small
+        capacity (docs/design.md, causal routing)."""
         cut, _ = topk_cut(r.detach().flatten(), r.size(0) * k)
         self.add_cut(cut)
 
     @torch.no_grad()
     def add_cut(self, cut):
-        """One EMA step towards a batch's cut (0-dim): update_threshold's, and GPT.calibrate's, which cuts every
-        routed layer in one batched top-k."""
+        """One EMA step towards a batch's cut (0-dim): update_threshold's, and GPT.calibrate's,
+        which cuts every routed layer in one batched top-k."""
         self.thr_sum.mul_(self.momentum).add_((1 - self.momentum) * cut)
         self.thr_steps.add_(1)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 6. Depth balancing: every token's expected routed depth near c * R
 
 def depth_balance_loss(p, target):
-    """X-MoD's depth-wise token balancing (our reading): keep every token's expected routed depth near c*R.
-    p (R, B, T): each routed layer's soft choice of each token; target: c*R. Centring p on each layer's top-k
-    cut-off (p = sigmoid(r - cut), see RoutedBlock) makes the loss act on the realised selection, not on an
-    uncalibrated sigmoid(r); normalised by R so the coefficient does not scale with depth."""
-    depth = p.sum(0)                                                   # (B, T) expected routed depth per token
+    """X-MoD's depth-wise token balancing (our reading): keep every token's expected routed depth
+    near c*R. p (R, B, T): each routed layer's soft choice of each token; target: c*R. Centring p on
+    each layer's top-k cut-off (p = sigmoid(r - cut), see RoutedBlock) makes the loss act on the
+    realised selection, not on an uncalibrated sigmoid(r); normalised by R so the coefficient does
+    not scale with depth."""
+    depth = p.sum(0)                                   # (B, T) expected routed depth per token
     return ((depth - target) ** 2).mean() / p.size(0)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 7. The small MoE: token-choice top-k over experts, Switch balancing, z-loss, capacity factor
 
 class MoEBlock(Block):
-    """A block whose MLP is the MoE: attention is dense, the MLP is a mixture. Same weights' names as Block."""
+    """A block whose MLP is the MoE: attention is dense, the MLP is a mixture. Same weights' names
+    as Block."""
     kind = 'moe'
 
     def __init__(self, config):
         super().__init__(config, mlp=MoE(config))
 
     def ffn(self, h, routing):
-        return self.mlp(h, routing)                 # causal routing (generation): each token routed alone
+        return self.mlp(h, routing)           # causal routing (generation): each token routed alone
 
 
 class MoEAux(NamedTuple):
-    """What an MoE layer reports beside x: its two losses (GPT.aux_losses) and two statistics (routing_stats)."""
-    balance: torch.Tensor       # () Switch load-balancing loss, 1 when routing is uniform (the log's moe_balance)
+    """What an MoE layer reports beside x: its two losses (GPT.aux_losses) and two statistics
+    (routing_stats)."""
+    balance: torch.Tensor       # () Switch load-balancing loss, 1 when routing is uniform (the
+                                # log's moe_balance)
     zloss: torch.Tensor         # () router z-loss (the log's moe_zloss)
     load: torch.Tensor          # (E,) the fraction of assignments each expert got
     drop_frac: torch.Tensor     # () the fraction of assignments over an expert's capacity, dropped
 
 
 class MoE(nn.Module):
-    """Replaces a block's MLP. Each token picks its expert_top_k experts (softmax over the router's logits,
-    renormalised over the chosen ones). Each expert takes at most expert_slots tokens per batch; first choices
-    have priority over second choices, then earlier tokens; the rest are dropped (they pass through the residual)."""
+    """Replaces a block's MLP. Each token picks its expert_top_k experts (softmax over the router's
+    logits, renormalised over the chosen ones). Each expert takes at most expert_slots tokens per
+    batch; first choices have priority over second choices, then earlier tokens; the rest are
+    dropped (they pass through the residual)."""
 
     def __init__(self, config):
         super().__init__()
         E, C, H = config.n_expert, config.n_embd, config.expert_hidden
         self.config, self.E, self.top_k, self.impl = config, E, config.expert_top_k, config.impl
         self.router = nn.Linear(C, E, bias=False)
-        self.w_fc = nn.Parameter(torch.empty(E, C, H))       # expert e: x @ w_fc[e] -> gelu -> @ w_proj[e]
+        self.w_fc = nn.Parameter(torch.empty(E, C, H))       # expert e: x @ w_fc[e] -> gelu -> @
+                                                             # w_proj[e]
         self.w_proj = nn.Parameter(torch.empty(E, H, C))
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, routing='topk'):
-        """x (B, T, C) -> y (B, T, C), aux: the balance and z losses, each expert's load, the dropped fraction."""
+        """x (B, T, C) -> y (B, T, C), aux: the balance and z losses, each expert's load, the
+        dropped fraction."""
         B, T, C = x.size()
         xf = x.reshape(B * T, C)                                             # (N, C)
         logits = self.router_logits(xf)                                      # (N, E) float32
@@ -615,12 +673,13 @@ class MoE(nn.Module):
             y, kept = self.forward_naive(xf, tope, weights, cap)
         else:
             y, kept = self.forward_fast(xf, tope, weights, cap)
-        # Switch load balancing (Fedus et al. 2021): E * sum_e f_e * P_e, f_e the fraction of assignments to e,
-        # P_e the mean router probability: equals 1 when routing is uniform.
+        # Switch load balancing (Fedus et al. 2021): E * sum_e f_e * P_e, f_e the fraction of
+        # assignments to e, P_e the mean router probability: equals 1 when routing is uniform.
         load = torch.zeros(self.E, device=x.device).scatter_add(0, tope.flatten(), torch.ones(tope.numel(),
                                                                 device=x.device)) / tope.numel()
         aux = MoEAux(balance=self.E * (load * probs.mean(0)).sum(),
-                     zloss=torch.logsumexp(logits, dim=-1).pow(2).mean(),   # router z-loss (Zoph et al. 2022)
+                     # router z-loss (Zoph et al. 2022)
+                     zloss=torch.logsumexp(logits, dim=-1).pow(2).mean(),
                      load=load.detach(),
                      drop_frac=1.0 - kept.detach().float() / tope.numel())
         return self.dropout(y.view(B, T, C)), aux
@@ -630,20 +689,22 @@ class MoE(nn.Module):
         return self.router(xf)
 
     def forward_naive(self, xf, tope, weights, cap):
-        """Loop over experts. Assignments in priority order: all first choices (by token), then second choices."""
+        """Loop over experts. Assignments in priority order: all first choices (by token), then
+        second choices."""
         y = torch.zeros_like(xf)
         kept = torch.zeros((), device=xf.device)
         for e in range(self.E):
-            choice, tok = (tope == e).t().nonzero(as_tuple=True)             # choice-major, then token order
-            choice, tok = choice[:cap], tok[:cap]                            # the rest overflow the capacity
-            h = F.gelu(xf[tok] @ self.w_fc[e]) @ self.w_proj[e]              # expert e on its tokens
+            choice, tok = (tope == e).t().nonzero(as_tuple=True)    # choice-major, then token order
+            choice, tok = choice[:cap], tok[:cap]                   # the rest overflow the capacity
+            h = F.gelu(xf[tok] @ self.w_fc[e]) @ self.w_proj[e]     # expert e on its tokens
             y[tok] += weights[tok, choice].unsqueeze(-1) * h
             kept = kept + tok.numel()
         return y, kept
 
     def forward_fast(self, xf, tope, weights, cap):
-        """Sort assignments by expert (stable, so priority order is kept), give each a slot in its expert's buffer
-        (E, cap, C), run all experts as one batched matmul, and add the weighted results back to their tokens."""
+        """Sort assignments by expert (stable, so priority order is kept), give each a slot in its
+        expert's buffer (E, cap, C), run all experts as one batched matmul, and add the weighted
+        results back to their tokens."""
         N, C = xf.size()
         K, E = self.top_k, self.E
         expert = tope.t().reshape(-1)                                        # (K*N,) priority order
@@ -652,10 +713,10 @@ class MoE(nn.Module):
         order = torch.sort(expert, stable=True).indices
         expert, token, weight = expert[order], token[order], weight[order]
         counts = torch.zeros(E, dtype=torch.long, device=xf.device).scatter_add(0, expert, torch.ones_like(expert))
-        start = torch.cumsum(counts, 0) - counts                             # first sorted index of each expert
-        rank = torch.arange(K * N, device=xf.device) - start[expert]         # position within its expert
+        start = torch.cumsum(counts, 0) - counts  # first sorted index of each expert
+        rank = torch.arange(K * N, device=xf.device) - start[expert]  # position within its expert
         keep = rank < cap
-        slot = torch.where(keep, expert * cap + rank, E * cap)               # dropped -> a spare row, discarded
+        slot = torch.where(keep, expert * cap + rank, E * cap)   # dropped -> a spare row, discarded
         buf = torch.zeros(E * cap + 1, C, dtype=xf.dtype, device=xf.device).index_copy(0, slot, xf[token])
         h = F.gelu(torch.bmm(buf[:-1].view(E, cap, C), self.w_fc))           # (E, cap, H)
         out = torch.bmm(h, self.w_proj).view(E * cap, C)                     # (E*cap, C)
@@ -665,15 +726,15 @@ class MoE(nn.Module):
 
 
 def expert_slots(config, N, routing='topk'):
-    """Slots per expert for a batch of N tokens: ceil(capacity_factor * top_k * N / E), at most N (MoE routing and
-    flops_per_token). A batch-wide capacity makes a token's fate depend on later
+    """Slots per expert for a batch of N tokens: ceil(capacity_factor * top_k * N / E), at most N
+    (MoE routing and flops_per_token). A batch-wide capacity makes a token's fate depend on later
     positions, so causal routing gives every expert room for all N tokens: it drops nothing."""
     if routing == 'causal':
         return N
     return min(N, math.ceil(config.expert_capacity_factor * config.expert_top_k * N / config.n_expert))
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 8. The model
 
 class GPT(nn.Module):
@@ -691,14 +752,15 @@ class GPT(nn.Module):
             h=nn.ModuleList(layers),
             ln_f=nn.RMSNorm(config.n_embd),
         ))
-        # Tied input/output embedding (as GPT-2 and nanoGPT): at GPT-2's vocabulary it is most of a small model's
-        # parameters, and every count we report is non-embedding anyway.
+        # Tied input/output embedding (as GPT-2 and nanoGPT): at GPT-2's vocabulary it is most of a
+        # small model's parameters, and every count we report is non-embedding anyway.
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight
         self.apply(self._init_weights)
         self.calibration_checked = False    # warn_if_uncalibrated looks once
         for name, p in self.named_parameters():
-            if name.endswith('c_proj.weight') or name.endswith('w_proj'):   # GPT-2's scaled residual projections
+            # GPT-2's scaled residual projections
+            if name.endswith('c_proj.weight') or name.endswith('w_proj'):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.init_depth()))
             elif name.endswith('w_fc'):
                 nn.init.normal_(p, mean=0.0, std=0.02)
@@ -709,15 +771,17 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    # -- forward ---------------------------------------------------------------------------------------------------
+    # -- forward
+    # ---------------------------------------------------------------------------------------------------
 
     def forward(self, idx, targets=None, routing='topk', return_aux=False):
-        """idx (B, T) token ids; targets (B, T) or None. routing: 'topk' (training) or 'causal' (sampling and the
-        honest validation loss). Returns (logits, loss): logits (B, T, V) with targets, else (B, 1, V); loss is
-        what training minimises, the LM cross-entropy plus the weighted auxiliary losses (router BCE and depth
-        balance in top-k mode, the MoE's always). return_aux=True adds a third value, aux = {'losses': each loss,
-        unweighted and detached, 'lm' the LM cross-entropy; 'layers': what each layer reported, None from a
-        dense layer, a RoutedAux or an MoEAux}."""
+        """idx (B, T) token ids; targets (B, T) or None. routing: 'topk' (training) or 'causal'
+        (sampling and the honest validation loss). Returns (logits, loss): logits (B, T, V) with
+        targets, else (B, 1, V); loss is what training minimises, the LM cross-entropy plus the
+        weighted auxiliary losses (router BCE and depth balance in top-k mode, the MoE's always).
+        return_aux=True adds a third value, aux = {'losses': each loss, unweighted and detached,
+        'lm' the LM cross-entropy; 'layers': what each layer reported, None from a dense layer, a
+        RoutedAux or an MoEAux}."""
         if routing not in ROUTINGS:
             raise ValueError(f"routing={routing!r} is invalid: allowed {' | '.join(ROUTINGS)}")
         B, T = idx.size()
@@ -725,15 +789,16 @@ class GPT(nn.Module):
             raise ValueError(f"sequence length {T} exceeds block_size={self.config.block_size}")
         if routing == 'causal':
             self.warn_if_uncalibrated()
-        pos = torch.arange(T, device=idx.device)                     # each token's position; a routed layer keeps it
+        pos = torch.arange(T, device=idx.device)                     # each token's position; a
+                                                                     # routed layer keeps it
         x = self.transformer.drop(self.transformer.wte(idx))          # (B, T, C)
         layers = []
-        for layer in self.transformer.h:                              # dense, routed and MoE layers alike
+        for layer in self.transformer.h:                        # dense, routed and MoE layers alike
             x, aux = layer(x, pos, routing)
             layers.append(aux)
         x = self.transformer.ln_f(x)
         if targets is None:
-            logits = self.lm_head(x[:, [-1], :])                      # (B, 1, V): generation needs only this
+            logits = self.lm_head(x[:, [-1], :])             # (B, 1, V): generation needs only this
             return (logits, None, {'losses': {}, 'layers': layers}) if return_aux else (logits, None)
         logits = self.lm_head(x)                                      # (B, T, V)
         # flatten (B, T) together: one target per position of every sequence
@@ -753,25 +818,31 @@ class GPT(nn.Module):
                 'moe_balance': c.moe_aux, 'moe_zloss': c.moe_zloss}
 
     def aux_losses(self, layers, T, routing):
-        """The auxiliary losses, unweighted, from what the layers reported (`layers`: one aux per layer).
-        Routed layers give theirs in top-k mode only: in causal mode there is no top-k choice to learn from."""
-        learned = routing == 'topk' and self.config.router == 'learned'   # random routing has nothing to learn
+        """The auxiliary losses, unweighted, from what the layers reported (`layers`: one aux per
+        layer). Routed layers give theirs in top-k mode only: in causal mode there is no top-k
+        choice to learn from."""
+        # random routing has nothing to learn
+        learned = routing == 'topk' and self.config.router == 'learned'
         kinds = [layer.kind for layer in self.transformer.h]
-        routed = [a for kind, a in zip(kinds, layers) if kind == 'routed' and learned]    # RoutedAux each
-        moe = [a for kind, a in zip(kinds, layers) if kind == 'moe']                       # MoEAux each
+        # RoutedAux each
+        routed = [a for kind, a in zip(kinds, layers) if kind == 'routed' and learned]
+        moe = [a for kind, a in zip(kinds, layers) if kind == 'moe']  # MoEAux each
         losses = {}
         if routed:
-            # every routed layer at once (R, B, T): one BCE (the mean of the layers' equal-sized means) and one
-            # sigmoid, the soft choice that depth balancing sums over layers
+            # every routed layer at once (R, B, T): one BCE (the mean of the layers' equal-sized
+            # means) and one sigmoid, the soft choice that depth balancing sums over layers
             centred = torch.stack([a.centred for a in routed])
-            # the BCE's logits: centred on each sequence's cut (X-MoD, our reading: the scores' level is free), or
-            # the raw scores (MoD's paper, Raposo et al. 2024: holds the level near 0, and so the plain gate r)
+            # the BCE's logits: centred on each sequence's cut (X-MoD, our reading: the scores'
+            # level is free), or the raw scores (MoD's paper, Raposo et al. 2024: holds the level
+            # near 0, and so the plain gate r)
             logits = centred if self.config.router_bce == 'centred' else torch.stack([a.scores for a in routed])
             losses['router_bce'] = F.binary_cross_entropy_with_logits(
                 logits, torch.stack([a.mask for a in routed]).float())
-            target = len(routed) * routed_k(self.config.capacity, T) / T    # c * R, with c as realised at T
+            # c * R, with c as realised at T
+            target = len(routed) * routed_k(self.config.capacity, T) / T
             losses['depth_balance'] = depth_balance_loss(torch.sigmoid(centred), target)
-            if self.config.router_zloss > 0:    # an ablation, off by default: logged only when it is on
+            if self.config.router_zloss > 0:    # an ablation, off by default: logged only when it
+                                                # is on
                 losses['router_zloss'] = torch.stack([a.scores.square().mean() for a in routed]).mean()
         if moe:
             losses['moe_balance'] = sum(a.balance for a in moe) / len(moe)
@@ -784,42 +855,49 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def calibrate(self, steps_layers):
-        """Update every routed layer's causal threshold once per optimizer step, from the router scores of the whole
-        global batch. steps_layers: aux['layers'] of each micro-batch of the step (forward(..., return_aux=True) in
-        training). Under DDP every rank's scores are gathered, so each rank gets the threshold one process with
-        the whole batch would get. (An update at every forward would track micro-batches, and under DDP rank 0's.)"""
+        """Update every routed layer's causal threshold once per optimizer step, from the router
+        scores of the whole global batch. steps_layers: aux['layers'] of each micro-batch of the
+        step (forward(..., return_aux=True) in training). Under DDP every rank's scores are
+        gathered, so each rank gets the threshold one process with the whole batch would get. (An
+        update at every forward would track micro-batches, and under DDP rank 0's.)"""
         routed = [l for l, layer in enumerate(self.transformer.h) if layer.kind == 'routed']
         if not routed:
             return
-        # every routed layer at once: one all_gather and one top-k, not one of each per layer (27 at 36 layers)
-        r = torch.stack([torch.cat([layers[l].scores.detach() for layers in steps_layers]) for l in routed])
-        if torch.distributed.is_available() and torch.distributed.is_initialized():        # r (R, rank rows, T)
+        # every routed layer at once: one all_gather and one top-k, not one of each per layer (27 at
+        # 36 layers). r (R, this rank's rows, T)
+        r = torch.stack([torch.cat([layers[l].scores.detach() for layers in steps_layers])
+                         for l in routed])
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
             parts = [torch.empty_like(r) for _ in range(torch.distributed.get_world_size())]
             torch.distributed.all_gather(parts, r)
-            r = torch.cat(parts, dim=1)                                                     # (R, global rows, T)
-        # each layer's cut between its (rows*k)-th and (rows*k+1)-th scores: the same selection, so the same bits,
-        # as update_threshold's top-k of that layer alone
-        cuts, _ = topk_cut(r.flatten(1), r.size(1) * routed_k(self.config.capacity, r.size(2)))   # (R,)
+            r = torch.cat(parts, dim=1)                                        # (R, global rows, T)
+        # each layer's cut between its (rows*k)-th and (rows*k+1)-th scores: the same selection, so
+        # the same bits, as update_threshold's top-k of that layer alone. cuts (R,)
+        k = routed_k(self.config.capacity, r.size(2))
+        cuts, _ = topk_cut(r.flatten(1), r.size(1) * k)
         for l, cut in zip(routed, cuts):
             self.transformer.h[l].router.add_cut(cut)
 
     @torch.no_grad()
     def set_draw(self, *key, row0=0):
-        """Random routing (router='random'): the draw of the next training forwards, from a key of ints (train.py:
-        seed and step) and the index of the batch's first row in the step's global batch (row0), so each row's draw
-        is a pure function of them: a resumed run draws what it would have, and micro-batches and DDP ranks what one
-        big batch would. In eval mode (evaluation, generation) the draw is always EVAL_DRAW and only row0 counts
-        (train.py's evaluation: the index of the batch's first window in the validation set, so a val loss does not
-        depend on the batch size). A learned router has nothing to set."""
+        """Random routing (router='random'): the draw of the next training forwards, from a key of
+        ints (train.py: seed and step) and the index of the batch's first row in the step's global
+        batch (row0), so each row's draw is a pure function of them: a resumed run draws what it
+        would have, and micro-batches and DDP ranks what one big batch would. In eval mode
+        (evaluation, generation) the draw is always EVAL_DRAW and only row0 counts (train.py's
+        evaluation: the index of the batch's first window in the validation set, so a val loss does
+        not depend on the batch size). A learned router has nothing to set."""
         if self.config.router == 'random':
             draw = zlib.crc32(','.join(map(str, key)).encode())
             for layer in self.routed_layers():
                 layer.router.draw.copy_(torch.tensor([draw, row0]))
 
     def warn_if_uncalibrated(self):
-        """Causal routing compares scores with the thresholds that calibrate sets once per training step. Never
-        calibrated, they are 0, and a routed layer takes about half the tokens instead of c: say so, once."""
-        if torch.compiler.is_compiling() or self.calibration_checked:     # compiled: no guard on the flag
+        """Causal routing compares scores with the thresholds that calibrate sets once per training
+        step. Never calibrated, they are 0, and a routed layer takes about half the tokens instead
+        of c: say so, once."""
+        # compiled: no guard on the flag
+        if torch.compiler.is_compiling() or self.calibration_checked:
             return
         self.calibration_checked = True
         if any(int(layer.router.thr_steps) == 0 for layer in self.routed_layers()):
@@ -827,19 +905,21 @@ class GPT(nn.Module):
                           "tokens whose score is > 0, not a fraction `capacity` of them. Call GPT.calibrate once per "
                           "training step, as train.py does", stacklevel=2)
 
-    # -- accounting ------------------------------------------------------------------------------------------------
+    # -- accounting
+    # ------------------------------------------------------------------------------------------------
 
     def num_params(self, non_embedding=True):
-        """Total parameters; non-embedding excludes the (tied) token embedding. There is no position table (RoPE)."""
+        """Total parameters; non-embedding excludes the (tied) token embedding. There is no position
+        table (RoPE)."""
         n = sum(p.numel() for p in self.parameters())
         if non_embedding:
             n -= self.transformer.wte.weight.numel()
         return n
 
     def num_active_params(self):
-        """Active-equivalent non-embedding parameters: what one token uses on average in training (top-k) mode.
-        A routed block counts k/T of its block (at T = block_size) plus its router; an MoE layer counts its
-        attention, router and expert_top_k experts."""
+        """Active-equivalent non-embedding parameters: what one token uses on average in training
+        (top-k) mode. A routed block counts k/T of its block (at T = block_size) plus its router; an
+        MoE layer counts its attention, router and expert_top_k experts."""
         c = self.config
         frac = routed_k(c.capacity, c.block_size) / c.block_size
         count = lambda module: sum(p.numel() for p in module.parameters())
@@ -854,45 +934,50 @@ class GPT(nn.Module):
                 n += count(layer)
         return n
 
-    # -- training and sampling -------------------------------------------------------------------------------------
+    # -- training and sampling
+    # -------------------------------------------------------------------------------------
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
-        """AdamW; matrices decay, vectors and scalars (norms, biases, gates) do not. Router weights are matrices
-        (1, C) but we keep them out of decay: their scale is the routing decision (plain gate)."""
+        """AdamW; matrices decay, vectors and scalars (norms, biases, gates) do not. Router weights
+        are matrices (1, C) but we keep them out of decay: their scale is the routing decision
+        (plain gate)."""
         decay, no_decay = [], []
         for name, p in self.named_parameters():
             if not p.requires_grad:
                 continue
             (decay if p.dim() >= 2 and 'router.weight' not in name else no_decay).append(p)
         groups = [{'params': decay, 'weight_decay': weight_decay}, {'params': no_decay, 'weight_decay': 0.0}]
-        # fused: one kernel over all parameters instead of a dozen small ops per tensor, on a CPU too (docs/speed.md)
+        # fused: one kernel over all parameters instead of a dozen small ops per tensor, on a CPU
+        # too (docs/speed.md)
         fused = device_type in ('cuda', 'cpu')
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, window='refill'):
-        """Sample with causal routing: no routed layer or expert looks at a position after the one predicted.
-        use_cache: the prompt in one pass, then each new token runs each layer once with its KV cache (section 11; a
-        routed layer caches only the tokens it took), instead of recomputing the whole window. Past block_size,
-        window says what the model sees: 'refill' (with the cache) re-fills the cache once from the last half window
-        (a prefill of the last block_size // 2 tokens, at positions 0..) and decodes on until the window is full
-        again, so each token sees between block_size / 2 and block_size tokens; 'exact' slides the window by one
-        token, every position changes, and each step recomputes it (as use_cache=False does)."""
+        """Sample with causal routing: no routed layer or expert looks at a position after the one
+        predicted. use_cache: the prompt in one pass, then each new token runs each layer once with
+        its KV cache (section 11; a routed layer caches only the tokens it took), instead of
+        recomputing the whole window. Past block_size, window says what the model sees: 'refill'
+        (with the cache) re-fills the cache once from the last half window (a prefill of the last
+        block_size // 2 tokens, at positions 0..) and decodes on until the window is full again, so
+        each token sees between block_size / 2 and block_size tokens; 'exact' slides the window by
+        one token, every position changes, and each step recomputes it (as use_cache=False does)."""
         if window not in WINDOWS:
             raise ValueError(f"window={window!r} is invalid: allowed {' | '.join(WINDOWS)}")
         T_max = self.config.block_size
-        caches, start = None, 0                                             # idx[:, start:] is the cached window
+        caches, start = None, 0                                # idx[:, start:] is the cached window
         for _ in range(max_new_tokens):
             T = idx.size(1)
             if not use_cache or (window == 'exact' and T > T_max):
                 logits = self(idx[:, -T_max:], routing='causal')[0][:, -1, :]
-            elif caches is None or T - start > T_max:                       # the prompt, or a full window
+            elif caches is None or T - start > T_max:                 # the prompt, or a full window
                 start = max(0, T - T_max) if caches is None else T - max(1, T_max // 2)
                 caches = new_caches(self, idx.size(0), idx.device)
                 logits = prefill(self, idx[:, start:], caches)
             else:
                 logits = decode_next(self, idx[:, -1], T - 1 - start, caches)
-            logits = logits.float() / max(temperature, 1e-8)   # float32: autocast's bf16/fp16 logits overflow here
+            logits = logits.float() / max(temperature, 1e-8)   # float32: autocast's bf16/fp16
+                                                               # logits overflow here
             if top_k is not None:
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
                 logits[logits < v[:, [-1]]] = -float('inf')
@@ -901,77 +986,88 @@ class GPT(nn.Module):
         return idx
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 9. What the log records about routing
 
 @torch.no_grad()
 def routing_stats(model, layers, routing):
-    """The routing statistics of one forward's `layers` (forward(..., return_aux=True)) in mode `routing`, as 0-dim
-    tensors (no host sync); causal mode's names start with causal_. README, "Training: what you get", lists them."""
+    """The routing statistics of one forward's `layers` (forward(..., return_aux=True)) in mode
+    `routing`, as 0-dim tensors (no host sync); causal mode's names start with causal_. README,
+    "Training: what you get", lists them."""
     stats, depth, drops, prev = {}, 0, [], None
     prefix = '' if routing == 'topk' else 'causal_'
     for l, (layer, a) in enumerate(zip(model.transformer.h, layers)):
         if layer.kind == 'routed':
             r, mask = a.scores, a.mask
-            depth = depth + mask.float()                               # (B, T) realised routed depth
+            depth = depth + mask.float()                              # (B, T) realised routed depth
             if routing == 'topk':
                 thr = layer.router.threshold()
                 std = r.std(dim=1, unbiased=False).clamp_min(1e-12)    # (B,)
-                stats[f'router_acc_{l}'] = ((r > thr) == mask).float().mean()   # does the threshold pick top-k's?
-                gate_mean = (layer.router.gate(r) * mask).sum() / mask.sum().clamp_min(1)   # on the tokens taken
+                # does the threshold pick top-k's?
+                stats[f'router_acc_{l}'] = ((r > thr) == mask).float().mean()
+                # on the tokens taken
+                gate_mean = (layer.router.gate(r) * mask).sum() / mask.sum().clamp_min(1)
                 stats[f'gate_{l}'] = layer.router.gain if model.config.gate == 'variance' else gate_mean
                 stats[f'gate_mean_{l}'] = gate_mean
-                if prev is not None:                                   # overlap with the previous routed layer
+                if prev is not None:                        # overlap with the previous routed layer
                     both, either = (mask & prev).sum(1).float(), (mask | prev).sum(1).float()
                     stats[f'jaccard_{l}'] = (both / either.clamp_min(1)).mean()
-                stats[f'margin_{l}'] = ((a.cut - thr) / std).mean()   # top-k cut - threshold, in score stds
+                stats[f'margin_{l}'] = ((a.cut - thr) / std).mean()   # top-k cut - threshold, in
+                                                                      # score stds
                 stats[f'score_std_{l}'] = std.mean()
             else:
                 stats[f'causal_rate_{l}'] = mask.float().mean()       # against capacity c
             prev = mask
         elif layer.kind == 'moe':
-            stats[f'{prefix}moe_load_max_{l}'] = a.load.max() * len(a.load)   # busiest expert; 1 = uniform
+            # busiest expert; 1 = uniform
+            stats[f'{prefix}moe_load_max_{l}'] = a.load.max() * len(a.load)
             drops.append(a.drop_frac)
     if torch.is_tensor(depth):
         if routing == 'causal':
             stats['causal_depth_mean'] = depth.mean()
         stats[prefix + 'depth_std'] = depth.std(unbiased=False)
-        stats[prefix + 'untouched_frac'] = (depth == 0).float().mean()    # tokens no routed layer took
-    if drops and routing == 'topk':                                    # causal routing drops nothing
+        # tokens no routed layer took
+        stats[prefix + 'untouched_frac'] = (depth == 0).float().mean()
+    if drops and routing == 'topk':                                    # causal routing drops
+                                                                       # nothing
         stats['moe_drop_frac'] = torch.stack(drops).mean()
     return stats
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 10. Accounting from the config alone, and FLOP matching
 
 def flops_per_token(config, T=None, batch_size=1):
-    """Forward FLOPs per token that the fast path executes in training (top-k) mode at context T (a matmul of
-    m x n by n x p is 2mnp). Attention is counted without causal halving, as torch's FlopCounterMode does.
-    batch_size only matters for the MoE, whose per-expert capacity is rounded up per batch."""
+    """Forward FLOPs per token that the fast path executes in training (top-k) mode at context T (a
+    matmul of m x n by n x p is 2mnp). Attention is counted without causal halving, as torch's
+    FlopCounterMode does. batch_size only matters for the MoE, whose per-expert capacity is rounded
+    up per batch."""
     c = config
     T = T or c.block_size
     d, V = c.n_embd, c.vocab_size
     total = 2 * d * V                                         # LM head
     for kind in layer_kinds(c):
         if kind == 'dense':
-            total += 24 * d * d + 4 * T * d                   # qkv 6d^2 + proj 2d^2 + mlp 16d^2; QK^T and AV 4Td
+            total += 24 * d * d + 4 * T * d      # qkv 6d^2 + proj 2d^2 + mlp 16d^2; QK^T and AV 4Td
         elif kind == 'routed':
             k = routed_k(c.capacity, T)
-            total += (k / T) * 24 * d * d + 4 * k * k * d / T + 2 * d   # k tokens, k x k attention, the router
+            total += (k / T) * 24 * d * d + 4 * k * k * d / T + 2 * d   # k tokens, k x k attention,
+                                                                        # the router
         else:
             N = batch_size * T
-            slots = c.n_expert * expert_slots(c, N) / N   # expert slots per token, capacity padding included
+            slots = c.n_expert * expert_slots(c, N) / N   # expert slots per token, capacity padding
+                                                          # included
             total += 8 * d * d + 4 * T * d + 2 * d * c.n_expert + slots * 4 * d * c.expert_hidden
     return total
 
 
 def match_flops(dense, model, stride=None, n_layer=None, capacity=None, tol=0.02, max_layers=None):
-    """Return a mod/xmod config whose forward FLOPs per token at dense.block_size are within tol of the dense
-    config's. With n_layer given, solve the capacity (an integer k of block_size tokens); without it, try every total
-    depth and keep the one whose solved capacity is closest (in ratio) to `capacity` (default dense.capacity, i.e.
-    0.125). X-MoD with stride 1 has no routed layer: it is the dense model itself. Raises ValueError when nothing
-    lands within tol. (The MoE is matched on active parameters instead, by its expert_hidden default.)"""
+    """Return a mod/xmod config whose forward FLOPs per token at dense.block_size are within tol of
+    the dense config's. With n_layer given, solve the capacity (an integer k of block_size tokens);
+    without it, try every total depth and keep the one whose solved capacity is closest (in ratio)
+    to `capacity` (default dense.capacity, i.e. 0.125). X-MoD with stride 1 has no routed layer: it
+    is the dense model itself. Raises ValueError when nothing lands within tol. (The MoE is matched
+    on active parameters instead, by its expert_hidden default.)"""
     if dense.model != 'dense':
         raise ValueError(f"match_flops needs a dense config, got model={dense.model!r}")
     if model not in ('mod', 'xmod'):
@@ -986,12 +1082,13 @@ def match_flops(dense, model, stride=None, n_layer=None, capacity=None, tol=0.02
         cfg = replace(base, n_layer=L)
         if 'routed' not in layer_kinds(cfg):
             if base.anchor_stride() == 1:
-                cands.append(cfg)               # stride 1: all anchors, the dense model (its capacity is moot)
+                cands.append(cfg)    # stride 1: all anchors, the dense model (its capacity is moot)
             continue
         k = min(range(1, T + 1), key=lambda k: abs(flops_per_token(replace(cfg, capacity=k / T)) - target))
         cands.append(replace(cfg, capacity=k / T))
     cands = [cfg for cfg in cands if abs(flops_per_token(cfg) / target - 1) <= tol]
-    cands.sort(key=lambda cfg: (abs(math.log(cfg.capacity / capacity)), cfg.n_layer))   # closest in ratio
+    # closest in ratio
+    cands.sort(key=lambda cfg: (abs(math.log(cfg.capacity / capacity)), cfg.n_layer))
     if not cands:
         what = f"n_layer={n_layer}" if n_layer is not None else "any depth"
         raise ValueError(f"match_flops: no {model} config with {what} (stride={base.stride}) lands within "
@@ -999,34 +1096,39 @@ def match_flops(dense, model, stride=None, n_layer=None, capacity=None, tol=0.02
     return cands[0]
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# 11. Generation with a KV cache: the prompt in one pass, then one token at a time (GPT.generate's use_cache=True)
+# --------------------------------------------------------------------------------------------------
+# 11. Generation with a KV cache: the prompt in one pass, then one token at a time (use_cache)
 
 class KVCache:
-    """One attention layer's keys and values (B, nh, L, hs), after RoPE, of the tokens it has taken so far: a dense
-    layer every token, a routed layer those that passed its causal threshold (read once, `threshold`), so each
-    sequence has its own `length`."""
+    """One attention layer's keys and values (B, nh, L, hs), after RoPE, of the tokens it has taken
+    so far: a dense layer every token, a routed layer those that passed its causal threshold (read
+    once, `threshold`), so each sequence has its own `length`."""
 
     def __init__(self, B, n_head, head_size, L, device, dtype, threshold=None, router_weight=None):
         self.k = torch.zeros(B, n_head, L, head_size, device=device, dtype=dtype)
         self.v = torch.zeros_like(self.k)
         self.pos = torch.full((B, L), -1, dtype=torch.long, device=device)
         self.length = torch.zeros(B, dtype=torch.long, device=device)
-        self.filled = 0       # the longest row, a Python int: rows all that long read plain views (no mask, no sync)
-        self.threshold, self.router_weight = threshold, router_weight   # a routed layer's, fixed while generating
-        self.prefilled = False    # holds the prompt: from then on each forward brings one token per sequence
+        self.filled = 0       # the longest row, a Python int: rows all that long read plain views
+                              # (no mask, no sync)
+        self.threshold, self.router_weight = threshold, router_weight   # a routed layer's, fixed
+                                                                        # while generating
+        self.prefilled = False    # holds the prompt: from then on each forward brings one token per
+                                  # sequence
 
     def append(self, seqs, pos, k, v):
-        """seqs (n,) the sequences taking a token at positions pos (n,), or None for all of them, when all have the
-        same length (a dense layer; a routed layer at batch 1); k, v (n, nh, 1, hs), in any dtype (autocast gives
-        bf16 values): they are written in the cache's own. Returns the seqs' lengths (n,) after it (None: all)."""
+        """seqs (n,) the sequences taking a token at positions pos (n,), or None for all of them,
+        when all have the same length (a dense layer; a routed layer at batch 1); k, v (n, nh, 1,
+        hs), in any dtype (autocast gives bf16 values): they are written in the cache's own. Returns
+        the seqs' lengths (n,) after it (None: all)."""
         if seqs is None:
             at = self.filled
-            self.k[:, :, at], self.v[:, :, at], self.pos[:, at] = k[:, :, 0], v[:, :, 0], pos   # copy_ casts
+            # copy_ casts
+            self.k[:, :, at], self.v[:, :, at], self.pos[:, at] = k[:, :, 0], v[:, :, 0], pos
             self.length += 1
             self.filled += 1
             return None
-        at = self.length[seqs]                                          # (n,) the next free slot of each row
+        at = self.length[seqs]                                 # (n,) the next free slot of each row
         self.k[seqs, :, at], self.v[seqs, :, at] = k[:, :, 0].to(self.k.dtype), v[:, :, 0].to(self.v.dtype)
         self.pos[seqs, at] = pos
         self.length[seqs] = at + 1
@@ -1034,8 +1136,9 @@ class KVCache:
         return at + 1
 
     def fill(self, pos, k, v):
-        """The prompt's keys and values in one go (prefill): k, v (B, nh, L, hs) at positions pos (L,) or (B, L).
-        All L slots count as real; a routed layer's padded gather then `keep`s its real counts."""
+        """The prompt's keys and values in one go (prefill): k, v (B, nh, L, hs) at positions pos
+        (L,) or (B, L). All L slots count as real; a routed layer's padded gather then `keep`s its
+        real counts."""
         L = k.size(2)
         self.k[:, :, :L], self.v[:, :, :L], self.pos[:, :L] = k, v, pos
         self.length = torch.full_like(self.length, L)
@@ -1043,13 +1146,15 @@ class KVCache:
         self.prefilled = True
 
     def keep(self, counts):
-        """After a padded fill: only the first counts (B,) slots of each row are real tokens (a routed prefill)."""
+        """After a padded fill: only the first counts (B,) slots of each row are real tokens (a
+        routed prefill)."""
         self.length, self.filled = counts.clone(), int(counts.max())
 
     def read(self, seqs, length=None):
-        """k, v (n, nh, L, hs) of the sequences `seqs` (None: all, of equal length) and a mask of their real slots
-        (n, 1, 1, L), None when every slot is real; length (n,): the seqs' lengths (append returns them). L is the
-        longest row of the whole batch (filled, known without a sync); the mask hides the rest."""
+        """k, v (n, nh, L, hs) of the sequences `seqs` (None: all, of equal length) and a mask of
+        their real slots (n, 1, 1, L), None when every slot is real; length (n,): the seqs' lengths
+        (append returns them). L is the longest row of the whole batch (filled, known without a
+        sync); the mask hides the rest."""
         L = self.filled
         if seqs is None:
             return self.k[:, :, :L], self.v[:, :, :L], None
@@ -1059,8 +1164,8 @@ class KVCache:
 
 
 def new_caches(model, B, device):
-    """One empty KVCache per layer for B sequences; a routed layer's holds its calibrated causal threshold and its
-    router's unit weight, read once for the whole generation."""
+    """One empty KVCache per layer for B sequences; a routed layer's holds its calibrated causal
+    threshold and its router's unit weight, read once for the whole generation."""
     c = model.config
     model.warn_if_uncalibrated()
     dtype = model.lm_head.weight.dtype
@@ -1071,8 +1176,9 @@ def new_caches(model, B, device):
 
 @torch.no_grad()
 def prefill(model, idx, caches):
-    """The prompt idx (B, T) in one causal pass that fills every layer's cache (caches: new_caches); logits (B, V)
-    of the token after it. Equals decoding the prompt token by token, in one pass instead of T."""
+    """The prompt idx (B, T) in one causal pass that fills every layer's cache (caches: new_caches);
+    logits (B, V) of the token after it. Equals decoding the prompt token by token, in one pass
+    instead of T."""
     x = model.transformer.wte(idx)                                      # (B, T, C)
     pos = torch.arange(idx.size(1), device=idx.device)
     for layer, cache in zip(model.transformer.h, caches):
@@ -1082,8 +1188,8 @@ def prefill(model, idx, caches):
 
 @torch.no_grad()
 def decode_next(model, idx, pos, caches):
-    """Logits (B, V) of the token after idx (B,) at position pos (an int), every layer run once for that token with
-    its KV cache. Equals the causal forward's logits at pos."""
+    """Logits (B, V) of the token after idx (B,) at position pos (an int), every layer run once for
+    that token with its KV cache. Equals the causal forward's logits at pos."""
     x = model.transformer.wte(idx).unsqueeze(1)                         # (B, 1, C)
     p = torch.full((idx.size(0), 1), pos, dtype=torch.long, device=idx.device)   # (B, 1)
     for layer, cache in zip(model.transformer.h, caches):
@@ -1091,12 +1197,13 @@ def decode_next(model, idx, pos, caches):
     return model.lm_head(model.transformer.ln_f(x))[:, 0]
 
 
-# ----------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 12. The model zoo: `python xmod.py`
 
 def zoo(dense=None):
-    """The default small config of each family, the sparse ones FLOP-matched to the dense one: the models that
-    `python train.py --model=...` trains by default (GPTConfig's defaults are train.py's)."""
+    """The default small config of each family, the sparse ones FLOP-matched to the dense one: the
+    models that `python train.py --model=...` trains by default (GPTConfig's defaults are
+    train.py's)."""
     dense = dense or GPTConfig()
     configs = [dense, match_flops(dense, 'mod'), match_flops(dense, 'xmod', stride=4),
                match_flops(dense, 'xmod', stride=2), replace(dense, model='moe')]
@@ -1113,7 +1220,8 @@ def zoo(dense=None):
 
 
 if __name__ == '__main__':
-    from configurator import print_for_a_reader  # `python xmod.py | head -3` stops reading early: no traceback
+    from configurator import print_for_a_reader  # `python xmod.py | head -3` stops reading early:
+                                                 # no traceback
     base = GPTConfig()
     lines = [f"Model zoo: n_embd={base.n_embd}, n_head={base.n_head}, block_size={base.block_size}, "
              f"vocab_size={base.vocab_size} (train.py's defaults). mod and xmod are FLOP-matched (within 2%) to the "
