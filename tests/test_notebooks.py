@@ -1,13 +1,11 @@
 """The tutorial's notebooks (tutorial/notebooks/, built by tutorial/make_notebooks.py): each is its chapter's build,
 and each runs top to bottom in a fresh kernel on the CPU."""
 import os
-import sys
 
+import make_notebooks  # tutorial/ is on the path (pytest.ini)
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, 'tutorial'))
-import make_notebooks  # noqa: E402
 
 
 def test_every_notebook_is_its_chapters_build():
