@@ -1,26 +1,28 @@
 """
-xmod.py: Dense, Mixture-of-Depths (MoD), X-MoD and a small Mixture-of-Experts (MoE), side by side, in one file.
+xmod.py: Dense, Mixture-of-Depths (MoD), X-MoD and a small Mixture-of-Experts (MoE), side by side,
+in one file.
 
 Read it top to bottom (the tutorial's chapters follow the same order):
-  1. GPTConfig ........ the model's shape, with a clear error for every bad field; the layer layout (layer_kinds);
-                        routed_k, the k tokens per sequence that a routed layer takes at capacity c
-  2. the backbone ..... RMSNorm, RoPE attention that takes explicit positions (Attention.qkv), MLP, Block
-  3. top-k routing .... topk_cut, route_topk: each sequence's own k highest scores
-  4. RoutedBlock ...... MoD / X-MoD: a whole block that only k tokens per sequence go through
-                        (naive path: a loop over sequences with boolean masks; fast path: batched gather/scatter)
-  5. Router ........... the score (in float32 under autocast), the gate on the update, the causal threshold
-  6. balancing ........ depth_balance_loss: every token's expected routed depth near c * R
-  7. MoE .............. token-choice top-k over experts (naive: loop over experts; fast: sort by expert + bmm)
-  8. GPT .............. one loop over layers, each called as x, aux = layer(x, pos, routing); the losses; the
-                        causal thresholds (calibrate); parameter counts; the optimizer; generate
-  9. routing_stats .... what the training log records about routing
- 10. accounting ....... flops_per_token and match_flops, from the config alone
- 11. generation ....... KVCache; prefill (the prompt in one pass) and decode_next (one token), for generate
- 12. `python xmod.py` . the model zoo table
+  1. GPTConfig ....... the model's shape, with a clear error for every bad field; the layer layout
+                       (layer_kinds); routed_k, the k tokens per sequence a routed layer takes
+  2. the backbone .... RMSNorm, RoPE attention at explicit positions (Attention.qkv), MLP, Block
+  3. top-k routing ... topk_cut, route_topk: each sequence's own k highest scores
+  4. RoutedBlock ..... MoD / X-MoD: a whole block that only k tokens per sequence go through
+                       (naive: a loop over sequences, boolean masks; fast: batched gather/scatter)
+  5. Router .......... the score (float32 under autocast), the gate on the update, the threshold
+  6. balancing ....... depth_balance_loss: every token's expected routed depth near c * R
+  7. MoE ............. token-choice top-k over experts (naive: a loop over experts; fast: bmm)
+  8. GPT ............. one loop over layers, each called as x, aux = layer(x, pos, routing); the
+                       losses; the causal thresholds (calibrate); parameter counts; the optimizer
+  9. routing_stats ... what the training log records about routing
+ 10. accounting ...... flops_per_token and match_flops, from the config alone
+ 11. generation ...... KVCache; prefill (the prompt in one pass) and decode_next (one token)
+ 12. `python xmod.py`  the model zoo table
 
-The paper ("X-MoD: Practical Scaling Laws for Sparse-Depth Routing Beyond Mixture-of-Depths") is known to us by its
-abstract only; where a choice below is our reading of it, the comment says so. Shapes: B batch, T time (context),
-C channels (n_embd), k tokens routed per sequence, E experts, H expert hidden size.
+The paper ("X-MoD: Practical Scaling Laws for Sparse-Depth Routing Beyond Mixture-of-Depths") is
+known to us by its abstract only; where a choice below is our reading of it, the comment says so.
+Shapes: B batch, T time (context), C channels (n_embd), k tokens routed per sequence, E experts,
+H expert hidden size.
 """
 __version__ = '0.5.0.dev0'       # CHANGELOG.md: what each version changed
 
@@ -356,9 +358,11 @@ class RoutedAux(NamedTuple):
 class RoutedBlock(nn.Module):
     """A whole block (attention + MLP) that only some tokens go through; every other token passes
     untouched.
-      routing='topk'   (training): exactly k = routed_k(c, T) tokens per sequence, the k highest router scores.
-      routing='causal' (sampling, honest validation): token i is taken when its score passes the calibrated
-                        threshold, which uses no other position. The number taken varies per sequence.
+      routing='topk'   (training): exactly k = routed_k(c, T) tokens per sequence, the k highest
+                        router scores.
+      routing='causal' (sampling, honest validation): token i is taken when its score passes the
+                        calibrated threshold, which uses no other position. The number taken varies
+                        per sequence.
     Selected tokens keep their order and their original positions; attention runs among them only,
     causally. The update is gated: x_i <- x_i + gate(r_i) * f(x_i)."""
     kind = 'routed'
@@ -467,20 +471,19 @@ class RoutedBlock(nn.Module):
         (B, 1), with the KV cache. Where its score does not pass the threshold the layer does
         nothing more for it (no attention, no MLP, nothing cached); the others attend over the
         tokens this layer took before in their own sequence."""
-        mask = r > cache.threshold                                          # (B, 1)
+        mask = r > cache.threshold                                  # (B, 1)
         aux = RoutedAux(r, mask)
         if x.size(0) == 1:   # batch 1: a Python branch, no index ops (most tokens are skipped here)
             if not mask.item():
                 return x, aux
-            f = self.block.delta(x, pos, cache)                             # (1, 1, C)
+            f = self.block.delta(x, pos, cache)                     # (1, 1, C)
             return x + (self.router.gate(r).unsqueeze(-1) * f).to(x.dtype), aux
-        seqs = mask[:, 0].nonzero().squeeze(1)                 # (n,) sequences whose token is taken
+        seqs = mask[:, 0].nonzero().squeeze(1)                      # (n,) sequences that take it
         if seqs.numel() == 0:
             return x, aux
-        # (n, 1, C); only their caches change
-        f = self.block.delta(x[seqs], pos[seqs], cache, seqs=seqs)
-        w = self.router.gate(r[seqs]).unsqueeze(-1)                         # (n, 1, 1)
-        return x.index_add(0, seqs, (w * f).to(x.dtype)), aux               # x + gated f there
+        f = self.block.delta(x[seqs], pos[seqs], cache, seqs=seqs)  # (n, 1, C); their caches only
+        w = self.router.gate(r[seqs]).unsqueeze(-1)                 # (n, 1, 1)
+        return x.index_add(0, seqs, (w * f).to(x.dtype)), aux       # x + gated f there
 
 
 # --------------------------------------------------------------------------------------------------
@@ -771,8 +774,7 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    # -- forward
-    # ---------------------------------------------------------------------------------------------------
+    # -- forward -----------------------------------------------------------------------------------
 
     def forward(self, idx, targets=None, routing='topk', return_aux=False):
         """idx (B, T) token ids; targets (B, T) or None. routing: 'topk' (training) or 'causal'
@@ -905,8 +907,7 @@ class GPT(nn.Module):
                           "tokens whose score is > 0, not a fraction `capacity` of them. Call GPT.calibrate once per "
                           "training step, as train.py does", stacklevel=2)
 
-    # -- accounting
-    # ------------------------------------------------------------------------------------------------
+    # -- accounting --------------------------------------------------------------------------------
 
     def num_params(self, non_embedding=True):
         """Total parameters; non-embedding excludes the (tied) token embedding. There is no position
@@ -934,8 +935,7 @@ class GPT(nn.Module):
                 n += count(layer)
         return n
 
-    # -- training and sampling
-    # -------------------------------------------------------------------------------------
+    # -- training and sampling ---------------------------------------------------------------------
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         """AdamW; matrices decay, vectors and scalars (norms, biases, gates) do not. Router weights
@@ -1109,12 +1109,11 @@ class KVCache:
         self.v = torch.zeros_like(self.k)
         self.pos = torch.full((B, L), -1, dtype=torch.long, device=device)
         self.length = torch.zeros(B, dtype=torch.long, device=device)
-        self.filled = 0       # the longest row, a Python int: rows all that long read plain views
-                              # (no mask, no sync)
-        self.threshold, self.router_weight = threshold, router_weight   # a routed layer's, fixed
-                                                                        # while generating
-        self.prefilled = False    # holds the prompt: from then on each forward brings one token per
-                                  # sequence
+        # the longest row, a Python int: rows all that long read plain views (no mask, no sync)
+        self.filled = 0
+        self.threshold, self.router_weight = threshold, router_weight  # a routed layer's, fixed
+        # holds the prompt: from then on each forward brings one token per sequence
+        self.prefilled = False
 
     def append(self, seqs, pos, k, v):
         """seqs (n,) the sequences taking a token at positions pos (n,), or None for all of them,
