@@ -106,8 +106,8 @@ def fit(runs, metric, terms, start, w=None, max_iter=500):
         """L-BFGS calls this at each evaluation: the weighted Huber loss, its gradient in theta."""
         opt.zero_grad()
         r = log_pred_torch(theta, v, X, which)
-        # w: 1 per run, or a bootstrap's count of each run; / delta^2 puts a residual of one delta
-        # at 0.5, so the objective is not tiny beside L-BFGS's tolerances
+        # w: 1 per run, or a bootstrap's count of each run; / delta^2 measures the loss in units of
+        # delta^2, so that L-BFGS's tolerances bite (fit_law.py's OBJ_SCALE)
         loss = (w * torch.nn.functional.huber_loss(r, logL, reduction='none', delta=HUBER_DELTA)).sum() / HUBER_DELTA ** 2
         loss.backward()
         return loss

@@ -123,8 +123,8 @@ def plot_pred_vs_obs(axes, runs, pairs, law_L, metric):
 
 def plot_delta_vs_logrho(axes, pairs, rel, law_delta):
     """Two panels of Delta against log rho: one colour per stride (at the commonest T), then per
-    T (at the commonest stride), each with the law's line; law_delta(rho, T, s): the relative law,
-    rel: its fit.json entry."""
+    T (at the commonest stride), with the law's line where it was fitted; law_delta(rho, T, s): the
+    relative law, rel: its fit.json entry."""
     if not pairs:
         for ax in axes:
             empty_note(ax, 'no full X-MoD run with a dense partner')
@@ -271,6 +271,7 @@ def delta_vs_tokens(runs, min_seeds=2):
                     at.setdefault(float(tok), []).append(float(log[m][a] - plog[m][b]))
             entry[m] = [dict(tokens=tok, **n_mean_se(d)) for tok, d in sorted(at.items())]
         label = config_label(rs[0])
+        # two configs can share a label (it omits e.g. the learning rate): a number parts them
         table[label if label not in table else f'{label} ({len(table)})'] = entry
     return table
 
@@ -311,7 +312,7 @@ def paired_fixes(runs):
         entry = dict(fix=v, config=config_label(prs[0][0]), seeds=sorted(r['seed'] for r, _ in prs))
         for m in METRICS:
             entry[m] = n_mean_se([r['loss'][m] - x['loss'][m] for r, x in prs])
-        table[entry['config']] = entry
+        table[entry['config']] = entry      # keyed by config_label, which names the fix's variant
     return table
 
 
@@ -362,6 +363,7 @@ def plot_routing_diagnostics(axes, runs, metric):
                 continue                      # one budget: no line to draw
             x = sorted(at)
             mean = [np.mean(at[t]) for t in x]
+            # error bar: 1 standard error over seeds, none (0) for a single seed
             se = [np.std(at[t], ddof=1) / math.sqrt(len(at[t])) if len(at[t]) > 1 else 0 for t in x]
             ax.errorbar(x, mean, yerr=se, marker='o', ms=4, capsize=3, label=f'stride {s}, L{L}, c={c:.3g}')
             drawn = True
