@@ -28,8 +28,8 @@ import torch
 from law.load import config_key
 from law.terms import D0, N0, S0, T0  # the relative law's reference point, this law's too
 
-HUBER_DELTA = 1e-3
-SELECT_MARGIN = 0.05
+HUBER_DELTA = 1e-3       # in log L: residuals past 0.1% of L count linearly (robust)
+SELECT_MARGIN = 0.05     # dropping a kept term costs > 5% CV RMSE of Delta (docs/design.md)
 FOLDS = 10               # cross-validation folds of X-MoD configurations (leave one out when there are fewer)
 NULL_BOOT = 2000         # paired bootstrap resamples of the held-out pairs (versus_nulls)
 # name: (slot, feature); the feature is a function of a run's variables (arrays): log rho 'lr', log(T/T0) 'lt',
@@ -46,6 +46,8 @@ TERMS = {
 
 
 def variables(runs):
+    """The law's inputs, each (n_runs,) float64: lN = log active parameters, lD = log tokens,
+    lr = log rho, lt = log(T/T0), ls = log(stride/S0) (0 for a run without a stride: dense)."""
     col = lambda f: np.array([f(r) for r in runs], dtype=np.float64)
     return dict(lN=col(lambda r: math.log(r['params_active'])), lD=col(lambda r: math.log(r['tokens'])),
                 lr=col(lambda r: math.log(r['rho'])), lt=col(lambda r: math.log(r['T'] / T0)),
@@ -58,6 +60,8 @@ def design(v, terms):
     for t in terms:
         slot, f = TERMS[t]
         x = f(v)
+        # the law subtracts its exponents' terms (N^-alpha), hence the minus; centred on N0 (D0), a
+        # term moves the slope and leaves the level at the reference point alone
         if slot == 'alpha':
             x = -x * (v['lN'] - math.log(N0))
         elif slot == 'beta':
@@ -72,10 +76,13 @@ def slots(terms):
 
 
 def log_pred_torch(theta, v, X, which):
+    """log L for each run, (n_runs,), differentiable in theta = (a, alpha, b, beta, e, one
+    per term); tensors: v the variables, X = design(v, terms) (n_runs, n_terms), which = slots."""
     a, alpha, b, beta, e = theta[:5]
     c = theta[5:]
     size = a - alpha * v['lN'] + (X[:, which == 0] @ c[which == 0] if (which == 0).any() else 0)
     data = b - beta * v['lD'] + (X[:, which == 1] @ c[which == 1] if (which == 1).any() else 0)
+    # log(size term + data term + exp(e)), computed in logs so that no term overflows
     return torch.logsumexp(torch.stack([size, data, e.expand_as(size)]), dim=0)
 
 
@@ -96,17 +103,22 @@ def fit(runs, metric, terms, start, w=None, max_iter=500):
                             history_size=50, line_search_fn='strong_wolfe')
 
     def closure():
+        """L-BFGS calls this at each evaluation: the weighted Huber loss, its gradient in theta."""
         opt.zero_grad()
         r = log_pred_torch(theta, v, X, which)
+        # w: 1 per run, or a bootstrap's count of each run; / delta^2 measures the loss in units of
+        # delta^2, so that L-BFGS's tolerances bite (fit_law.py's OBJ_SCALE)
         loss = (w * torch.nn.functional.huber_loss(r, logL, reduction='none', delta=HUBER_DELTA)).sum() / HUBER_DELTA ** 2
         loss.backward()
         return loss
     opt.step(closure)
     th = theta.detach().numpy().copy()
+    # exp overflows float64 past ~709: a parameter that large is a fit that ran away, not a fit
     return th if np.all(np.isfinite(th)) and np.all(np.abs(th) < 700) else None
 
 
 def predict(runs, terms, theta):
+    """The law's loss L for each run, (n_runs,), given the terms and theta (5 + n_terms,)."""
     v, X, which = inputs(runs, terms)
     with torch.no_grad():
         return np.exp(log_pred_torch(torch.as_tensor(theta), v, X, which).numpy())
@@ -130,6 +142,8 @@ def start_from(dense_theta, terms, prev=None):
 
 
 def errors(obs, pred):
+    """How far predicted Delta is from observed, both (n_pairs,): n, the RMSE, the largest |error|,
+    and the share of pairs whose predicted sign is the observed one (None each without pairs)."""
     e = np.asarray(pred) - np.asarray(obs)
     return dict(n=len(e), rmse_delta=float(np.sqrt(np.mean(e ** 2))) if len(e) else None,
                 max_abs_delta=float(np.max(np.abs(e))) if len(e) else None,
@@ -141,13 +155,15 @@ def cv_predictions(fit_runs, pairs, metric, terms, theta0):
     to FOLDS configurations (leave one out), else FOLDS folds of every FOLDS-th one. -> (observed Delta, predicted
     Delta, the constant-Delta null's prediction: the mean Delta of the pairs each fold kept), per held-out pair, or
     None (fewer than 2 configurations, or a fit failed)."""
+    # configurations, not pairs, are left out: seeds of one configuration differ only by noise, so
+    # with a pair's sibling seeds in the fit the law would be tested on what it was fitted to
     keys = sorted({config_key(p['config'], with_seed=False) for p, _ in pairs})
     if len(keys) < 2:
         return None
     k_folds = min(FOLDS, len(keys))
     obs, pred, const = [], [], []
     for fold in range(k_folds):
-        chosen = set(keys[fold::k_folds])
+        chosen = set(keys[fold::k_folds])           # every k_folds-th configuration, sorted
         out = {id(p) for p, _ in pairs if config_key(p['config'], with_seed=False) in chosen}
         th = fit([r for r in fit_runs if id(r) not in out], metric, terms, theta0)
         if th is None:
@@ -155,6 +171,7 @@ def cv_predictions(fit_runs, pairs, metric, terms, theta0):
         held = [(p, d) for p, d in pairs if id(p) in out]
         obs += [p['loss'][metric] - d['loss'][metric] for p, d in held]
         pred += list(delta_pred(held, terms, th))
+        # the constant null sees only what the law saw: the mean Delta of the pairs this fold kept
         const += [np.mean([p['loss'][metric] - d['loss'][metric] for p, d in pairs if id(p) not in out])] * len(held)
     return np.array(obs), np.array(pred), np.array(const)
 
@@ -173,7 +190,9 @@ def versus_nulls(obs, pred, const, n_boot=NULL_BOOT):
     interval is below 0. -> (vs_null, beats_null: it beats both)."""
     obs, pred = np.asarray(obs, float), np.asarray(pred, float)
     law = (pred - obs) ** 2
-    idx = np.random.default_rng(0).integers(0, len(obs), (n_boot, len(obs)))
+    # one set of resamples for both nulls; law and null are scored on the same resampled pairs
+    # (paired), so the interval is of their difference and what is hard for both cancels
+    idx = np.random.default_rng(0).integers(0, len(obs), (n_boot, len(obs)))    # (n_boot, n_pairs)
     vs = {}
     for name, null in (('constant', np.broadcast_to(const, obs.shape)), ('zero', np.zeros_like(obs))):
         diff = law - (null - obs) ** 2
@@ -224,6 +243,7 @@ def select(fit_runs, pairs, metric, dense_theta):
 def joint_fit(runs, metric, dense_theta, delta_std, n_boot, rng):
     """The joint law on the runs not held out (dense, and full X-MoD with its dense partner), its form, intervals,
     and the held-out budget and width tests. dense_theta: the dense law's (a, alpha, b, beta, e)."""
+    # X-MoD runs with rho > 1 only: at rho = 1 (log rho = 0) every rho term is zero
     use = lambda r: r['model'] == 'dense' or (r['variant'] == 'xmod' and r['rho'] > 1 + 1e-12)
     fit_runs = [r for r in runs if use(r) and not r['heldout']]
     pairs = [(r, r['partner']) for r in fit_runs if r['model'] != 'dense' and r['partner'] is not None
@@ -241,6 +261,7 @@ def joint_fit(runs, metric, dense_theta, delta_std, n_boot, rng):
         return out
     samples = []
     for _ in range(n_boot):
+        # a bootstrap over runs: each run weighted by how often the resample drew it, (n_runs,)
         wb = np.bincount(rng.integers(0, len(fit_runs), len(fit_runs)), minlength=len(fit_runs))
         th = fit(fit_runs, metric, terms, theta, w=wb, max_iter=200)
         if th is not None:
@@ -289,6 +310,8 @@ def heldout_test(runs, metric, terms, dense_theta, key, value, delta_std):
     null = np.mean([p['loss'][metric] - d['loss'][metric] for p, d in fitted])
     pred = delta_pred(held, terms, th)
     res = errors(obs, pred)
+    # the held-out goals of docs/fit_law.md: RMSE(Delta) <= max(0.01, 1.5 sigma), sigma the seed
+    # std of Delta; the sign is judged only where |Delta| > 2 sigma, which noise seldom flips
     limit = max(0.01, 1.5 * delta_std) if delta_std else 0.01
     big = np.abs(obs) > 2 * delta_std if delta_std else np.zeros(len(obs), bool)
     vs, beats = versus_nulls(obs, pred, null)
@@ -337,12 +360,16 @@ def advise(fit, flops, block_size, n_embd, dense_layers, n_head=4, vocab_size=84
     seen = fitted_range(fit['runs'])
 
     def inside(axis, value, what):
+        """Raise ValueError (naming the option, `what`) unless value is in the fit's (low, high) on
+        axis; the 1e-9 slack lets a value at the edge through despite rounding."""
         lo, hi = seen[axis]
         if not lo * (1 - 1e-9) <= value <= hi * (1 + 1e-9):
             raise ValueError(f"{what} gives {axis} = {value:.4g}, outside the fit's range {lo:.4g} to {hi:.4g}: "
                              f"the law is not asked to extrapolate")
 
     def shape(cfg):
+        """A config's law inputs at this budget: params_active, rho, fpt (forward FLOPs per token),
+        tokens (training FLOPs = 3 x fpt x tokens: forward and backward), T; built on 'meta'."""
         with _torch.device('meta'):
             m = GPT(cfg)
         fpt = flops_per_token(cfg)

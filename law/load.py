@@ -40,6 +40,7 @@ WARNINGS = []
 
 
 def warn(msg):
+    """Print a warning to stderr and keep it in WARNINGS (fit.json's `warnings`, summary.md)."""
     WARNINGS.append(msg)
     print(f'fit_law.py: warning: {msg}', file=sys.stderr)
 
@@ -102,6 +103,7 @@ def load_log(path):
 
 
 def positive_number(meta, key, path):
+    """run.json's meta[key] as a float; UserError unless it is a positive finite number."""
     v = meta[key]
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
         raise UserError(f'{path}: {key} must be a positive finite number, got {v!r}')
@@ -162,6 +164,8 @@ def variant(mc):
 
 
 def config_key(cfg, with_seed=True):
+    """A config as a string, equal for equal experiments: IGNORE_KEYS and wandb keys out, keys
+    sorted; with_seed=False gives the configuration's key, the same for all its seeds."""
     c = {k: v for k, v in cfg.items() if k not in IGNORE_KEYS and not k.startswith('wandb')}
     if not with_seed:
         c.pop('seed', None)
@@ -171,6 +175,7 @@ def config_key(cfg, with_seed=True):
 def check_final(meta, last, jpath, lpath):
     """The last log.csv row must be the evaluation run.json records as "final"."""
     final = meta['final'] if isinstance(meta.get('final'), dict) else {}  # older runs may not record it
+    # tolerances (absolute, relative): step exact, tokens to rounding, flops 0.1%, losses 1e-4 nats
     for k, tol_abs, tol_rel in (('step', 0, 0), ('tokens', 0.5, 1e-9), ('flops', 0, 1e-3), ('val_loss', 1e-4, 0),
                                 ('val_loss_causal', 1e-4, 0)):
         v = final.get(k)
@@ -217,6 +222,7 @@ def load_run(d):
     log = load_log(lpath)
     last = {c: log[c][-1] for c in USED_COLUMNS}
     check_final(meta, last, jpath, lpath)
+    # training FLOPs = 3 x forward FLOPs per token x tokens (forward, backward); > 1% off: warned
     if abs(last['flops'] - 3 * fpt * last['tokens']) > 0.01 * last['flops']:
         warn(f'{lpath}: final flops {last["flops"]:.4g} != 3 * flops_per_token * tokens = '
              f'{3 * fpt * last["tokens"]:.4g}')
@@ -225,6 +231,7 @@ def load_run(d):
                 dataset=cfg.get('dataset', 'shakespeare'), n_layer=mc.n_layer,
                 n_embd=mc.n_embd, T=mc.block_size, stride=mc.anchor_stride() if routed else None,
                 capacity=float(mc.capacity) if routed else None, seed=meta['seed'], params_total=n_total,
+                # rho = total / active parameters (1 when all are active): the laws read log rho
                 params_active=n_active, rho=n_total / n_active, fpt=fpt, tokens=last['tokens'],
                 flops=last['flops'], step=last['step'], loss={m: float(last[m]) for m in METRICS}, log=log,
                 partner=None, heldout=False)
@@ -278,6 +285,7 @@ RECIPE = (('learning_rate', None), ('min_lr', None), ('warmup_iters', None), ('d
 
 
 def recipe(cfg):
+    """The run's optimizer recipe, a tuple in RECIPE's order, for telling partners apart."""
     return tuple(cfg.get(k, default) for k, default in RECIPE)
 
 
@@ -294,6 +302,7 @@ def pair_runs(runs):
                  and abs(d['tokens'] - r['tokens']) <= TOKENS_TOL * max(d['tokens'], r['tokens'])
                  and abs(r['fpt'] / d['fpt'] - 1) <= FPT_TOL]
         if cands:
+            # the closest in FLOPs per token (in ratio), then the fewest recipe keys that differ
             other = lambda d: sum(a != b for a, b in zip(recipe(d['config']), recipe(r['config'])))
             r['partner'] = min(cands, key=lambda d: (abs(math.log(r['fpt'] / d['fpt'])), other(d),
                                                      abs(d['tokens'] - r['tokens']), d['name']))
@@ -360,4 +369,5 @@ def mark_heldout(filters, runs):
 
 
 def pair_heldout(r):
+    """Whether r's pair is held out: when the run or its dense partner is (a pair goes whole)."""
     return r['heldout'] or (r['partner'] is not None and r['partner']['heldout'])

@@ -34,7 +34,7 @@ from law.load import pair_runs
 from law.rates import tuned_runs
 from law.terms import D0, N0, S0, T0
 
-Q0 = D0 / N0
+Q0 = D0 / N0                       # tokens per active parameter of the reference pair, 2.5
 REFERENCE_CORPUS = 'shakespeare'   # the reference pair's (law/terms.py: D0, N0)
 # width 64 (0.2M active parameters) trains 16M tokens in about 25 minutes on one thread here (results/cpu_tokens), so
 # two hours reach about 80M tokens: 400 tokens per active parameter
@@ -68,6 +68,8 @@ def reference_corpus(pairs):
 
 
 def candidates(pairs, ref):
+    """The candidate terms' names: CANDIDATES, then corpus_<name> for each corpus but the
+    reference, whose level capacity_gain carries (terms for all would sum to its column)."""
     return list(CANDIDATES) + [f'corpus_{c}' for c in sorted({p['corpus'] for p in pairs}) if c != ref]
 
 
@@ -83,10 +85,13 @@ def feature(p, term):
         f = math.log(p['T'] / T0)
     else:
         f = float(p['corpus'] == term[len('corpus_'):])
+    # times log rho (docs/design.md): Delta vanishes at rho = 1, and a power law in total
+    # parameters at fixed active compute is, to first order, linear in log rho
     return math.log(p['rho']) * f
 
 
 def design(pairs, terms):
+    """The features, (n_pairs, n_terms): Delta is linear in the coefficients (least squares)."""
     return np.array([[feature(p, t) for t in terms] for p in pairs], dtype=np.float64).reshape(len(pairs), len(terms))
 
 
@@ -95,6 +100,7 @@ def identified(pairs, terms):
     X, kept = design(pairs, terms), []
     for j, t in enumerate(terms):
         cols = [terms.index(k) for k in kept] + [j]
+        # a column that adds no rank is zero or a mix of kept ones: its coefficient is arbitrary
         if np.linalg.matrix_rank(X[:, cols], tol=1e-9) == len(cols):
             kept.append(t)
     return kept
@@ -110,22 +116,26 @@ def solve(pairs, terms):
 
 
 def predict(coef, pairs):
+    """The law's Delta for each pair, (n_pairs,), from {term: coefficient} (no term: all 0)."""
     terms = list(coef)
     return design(pairs, terms) @ np.array([coef[t] for t in terms]) if terms else np.zeros(len(pairs))
 
 
 def cv(pairs, terms):
     """Leave one configuration out -> (each pair's prediction, each pair's fold mean: the constant null's)."""
+    # a configuration's seeds leave together: they differ only by noise, so a sibling seed in the
+    # fit would make the test one of recall, not prediction (docs/design.md, 'Choosing the form')
     pred, const = np.zeros(len(pairs)), np.zeros(len(pairs))
     for c in {p['config'] for p in pairs}:
         out = [i for i, p in enumerate(pairs) if p['config'] == c]
         rest = [p for p in pairs if p['config'] != c]
         pred[out] = predict(solve(rest, terms), [pairs[i] for i in out])
-        const[out] = np.mean([p['delta'] for p in rest])
+        const[out] = np.mean([p['delta'] for p in rest])    # the null, too, sees only the rest
     return pred, const
 
 
 def rmse(obs, pred):
+    """Root mean squared error of Delta, obs and pred (n_pairs,), in the loss's nats per token."""
     return float(np.sqrt(np.mean((np.asarray(obs) - np.asarray(pred)) ** 2)))
 
 
@@ -140,6 +150,7 @@ def select(pairs, cands):
     while any(t not in BASE for t in terms):
         trials = {t: score([u for u in terms if u != t]) for t in terms if t not in BASE}
         t, without = min(trials.items(), key=lambda kv: kv[1])
+        # 5% margin: a term must buy a clear gain, not a rounding one (docs/design.md)
         if without > current * (1 + SELECT_MARGIN):
             break
         terms.remove(t)
@@ -155,6 +166,7 @@ def heldout_tests(pairs, terms, ref):
     pred, const = cv(pairs, terms)
     tests['configuration'] = (np.ones(len(pairs), bool), pred, const)
     q_max, T_max = max(p['q'] for p in pairs), max(p['T'] for p in pairs)
+    # held-out pairs as (n_pairs,) masks; 1% slack: all pairs at the largest q, despite rounding
     masks = {'tokens_per_param': np.array([p['q'] >= q_max * 0.99 for p in pairs]),
              'context': np.array([p['T'] == T_max for p in pairs])}
     for c in sorted({p['corpus'] for p in pairs}):
@@ -162,7 +174,7 @@ def heldout_tests(pairs, terms, ref):
             masks[f'corpus_{c}'] = np.array([p['corpus'] == c for p in pairs])
     for name, m in masks.items():
         rest = [p for p, held in zip(pairs, m) if not held]
-        if m.all() or not m.any():
+        if m.all() or not m.any():                 # nothing to fit on, or nothing to predict
             continue
         pred = np.zeros(len(pairs))
         pred[m] = predict(solve(rest, terms), [p for p, held in zip(pairs, m) if held])
@@ -199,17 +211,19 @@ def quantile(x, p):
 def cluster_bootstrap(pairs, terms, n_boot, seed):
     """Refits of the form on configurations drawn with replacement, each with all its seeds (they share everything
     but the seed, so a configuration, not a pair, is one draw); draws that cannot constrain every term are dropped."""
-    configs = sorted({p['config'] for p in pairs}, key=str)
+    configs = sorted({p['config'] for p in pairs}, key=str)    # fixed order: a seed, its draws
     by_config = {c: [p for p in pairs if p['config'] == c] for c in configs}
     rng, samples = np.random.default_rng(seed), []
     for _ in range(n_boot):
         b = solve([p for i in rng.integers(0, len(configs), len(configs)) for p in by_config[configs[i]]], terms)
-        if len(b) == len(terms):
+        if len(b) == len(terms):                   # else the draw could not constrain a term
             samples.append(b)
     return samples
 
 
 def intervals(samples, terms):
+    """{term: [2.5%, 97.5%]}: each coefficient's 95% interval over the cluster-bootstrap refits
+    (list of {term: coefficient}); None for each when no refit was valid."""
     return {t: [quantile([s[t] for s in samples], 0.025), quantile([s[t] for s in samples], 0.975)]
             if samples else None for t in terms}
 
@@ -217,6 +231,7 @@ def intervals(samples, terms):
 def crossings(pairs, terms, ref, n_boot, seed):
     """Per corpus: the trend's slope, q*, Delta/log(rho) at the largest q measured and at REACH_Q, each with a 95%
     cluster-bootstrap interval, from the form with tokens_per_param in it."""
+    # the trend in q is read even where the selection dropped it (the docstring's 'fitted trend')
     forced = 'tokens_per_param' not in terms
     terms = list(terms) + ['tokens_per_param'] * forced
     coef = solve(pairs, terms)
@@ -234,6 +249,7 @@ def crossings(pairs, terms, ref, n_boot, seed):
                         at_reach=[float(trend(s, corpus, ref, REACH_Q)) for s in samples])
             for k, v in boot.items():
                 row[f'{k}_ci'] = [quantile(v, 0.025), quantile(v, 0.975)]
+            # share of refits whose q* lies past what was measured and no further than the reach
             row['share_crossing_within_reach'] = float(np.mean([q_meas < q <= REACH_Q for q in boot['q_cross']]))
         out[corpus] = row
     return dict(terms=terms, coefficients=coef, coefficient_ci=intervals(samples, terms), forced=forced,
@@ -305,6 +321,8 @@ def config_rows(pairs):
 
 
 def summary_md(result, pairs, command):
+    """regimes.md's text from fit_regimes' result and pairs (with 'pred'): the runs, the selection,
+    the held-out tests against the two nulls, where Delta crosses 0; command: the command line."""
     ci = lambda v: '(no interval)' if v is None else f'[{v[0]:+.4f}, {v[1]:+.4f}]'
     lines = ['# Delta across regimes: corpora, contexts, tokens per active parameter', '', '```', command, '```', '',
              f"{result['n_pairs']} X-MoD runs paired by seed with their FLOP-matched dense partners, in "
@@ -359,6 +377,7 @@ def summary_md(result, pairs, command):
 
 
 def feature_name(term):
+    """A term's feature as summary_md writes it in the form ('' for capacity_gain: a constant)."""
     names = {'capacity_gain': '', 'stride_interaction': 'log(s/s0)', 'tokens_per_param': 'log(q/q0)',
              'context_correction': 'log(T/T0)'}
     return names.get(term, f"[corpus is {term[len('corpus_'):]}]")
@@ -376,10 +395,12 @@ def plot(result, pairs, path):
     markers = {128: 'o', 256: 's', 512: '^'}
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     for r in config_rows(pairs):
-        lr = math.log(r['rho'])
+        lr = math.log(r['rho'])                    # per unit log rho: any rho on one axis
         ax.errorbar(r['q'], r['delta'] / lr, yerr=None if r['se'] is None else r['se'] / lr, ls='none',
                     marker=markers.get(r['T'], 'D'), color=colors[r['corpus']], alpha=0.8, capsize=2)
     q = np.geomspace(min(p['q'] for p in pairs) / 1.5, REACH_Q, 100)
+    # the band: 2.5 to 97.5 percentiles of the trend over cluster-bootstrap refits (at most 500,
+    # seed 1: its own draws, so its edges can differ a little from regimes.json's intervals)
     samples = cluster_bootstrap(pairs, x['terms'], min(x['n_boot'], 500), 1)
     ref = result['reference_corpus']
     for c in corpora:
@@ -391,7 +412,7 @@ def plot(result, pairs, path):
         if any(p['T'] == T for p in pairs):
             ax.plot([], [], ls='none', marker=m, color='gray', label=f'runs at T={T}')
     ax.axhline(0, color='black', lw=0.8)
-    ax.axvline(max(p['q'] for p in pairs), color='gray', ls=':', lw=0.8)
+    ax.axvline(max(p['q'] for p in pairs), color='gray', ls=':', lw=0.8)    # largest q measured
     ax.axvline(REACH_Q, color='gray', ls='--', lw=0.8, label=f'reach (q = {REACH_Q:g})')
     ax.set_xscale('log')
     ax.set_xlabel('training tokens per active parameter, q')

@@ -27,10 +27,12 @@ MARKERS = {'dense': 'o', 'mod': 's', 'mod-centred': 's', 'xmod': '^', 'moe': 'D'
 
 
 def color(variant):
+    """A variant's matplotlib colour (COLORS), the same in every plot."""
     return COLORS.get(variant, 'tab:gray')      # another router-knob ablation: grey
 
 
 def marker(variant):
+    """A variant's matplotlib marker (MARKERS); '*' for one not listed."""
     return MARKERS.get(variant, '*')
 
 
@@ -40,10 +42,13 @@ def rank(variant):
 
 
 def empty_note(ax, text):
+    """Write text in the middle of an empty panel ax: the plot's data is absent; returns None."""
     ax.text(0.5, 0.5, text, ha='center', va='center', transform=ax.transAxes, wrap=True)
 
 
 def plot_loss_vs_flops(ax, runs, metric):
+    """Each run's final loss (metric, nats per token) against its training FLOPs, by variant;
+    a grey segment joins each sparse run to its dense partner."""
     for v in sorted({r['variant'] for r in runs}, key=rank):
         rs = [r for r in runs if r['variant'] == v]
         ax.scatter([r['flops'] for r in rs], [r['loss'][metric] for r in rs], c=color(v), marker=marker(v),
@@ -58,6 +63,8 @@ def plot_loss_vs_flops(ax, runs, metric):
 
 
 def plot_loss_vs_params(ax, runs, metric):
+    """Final loss against total non-embedding parameters (log axis), one grey line per dense
+    run and its FLOP-matched partners."""
     # each dense run with its FLOP-matched partners: the same compute per token, so along a grey line only the total
     # parameters change, and its slope is what the extra (routed) parameters buy
     groups = [(d, [d] + [r for r in runs if r['partner'] is d]) for d in runs if d['model'] == 'dense']
@@ -79,6 +86,9 @@ def plot_loss_vs_params(ax, runs, metric):
 
 
 def plot_pred_vs_obs(axes, runs, pairs, law_L, metric):
+    """Two panels: the relative law's Delta against the observed, and L (the dense law, plus
+    the predicted Delta for X-MoD) against the observed; dashed: a perfect prediction, x: held out.
+    pairs: fit_law.run_relative's ('pred' once the law is fitted); law_L(N, D): the dense law."""
     ax = axes[0]
     pp = [p for p in pairs if 'pred' in p]
     if pp:
@@ -112,6 +122,9 @@ def plot_pred_vs_obs(axes, runs, pairs, law_L, metric):
 
 
 def plot_delta_vs_logrho(axes, pairs, rel, law_delta):
+    """Two panels of Delta against log rho: one colour per stride (at the commonest T), then per
+    T (at the commonest stride), with the law's line where it was fitted; law_delta(rho, T, s): the
+    relative law, rel: its fit.json entry."""
     if not pairs:
         for ax in axes:
             empty_note(ax, 'no full X-MoD run with a dense partner')
@@ -145,6 +158,8 @@ def plot_delta_vs_logrho(axes, pairs, rel, law_delta):
 
 
 def shape_label(r):
+    """A run's model in a few characters: variant, n_layer, stride and capacity (where it has a
+    stride), T; e.g. 'xmod L6 s4 c0.5 T128'."""
     s = f'{r["variant"]} L{r["n_layer"]}'
     if r['stride'] is not None:
         s += f' s{r["stride"]} c{r["capacity"]:g}'
@@ -152,6 +167,8 @@ def shape_label(r):
 
 
 def plot_ablations(ax, runs, metric):
+    """One bar per sparse configuration with a dense partner: mean Delta over its seeds, its
+    error bar the std over seeds (not the standard error)."""
     # Delta against each run's own dense partner rather than raw losses: configurations of different compute then
     # share one axis, and 0 is the dense model
     by = {}
@@ -165,12 +182,13 @@ def plot_ablations(ax, runs, metric):
                                                 rs[0]['capacity'] or 0, rank(rs[0]['variant'])))
     for i, rs in enumerate(items):
         d = [r['loss'][metric] - r['partner']['loss'][metric] for r in rs]
+        # error bar: the std over seeds, one run's spread; the mean's own error is std / sqrt(n)
         ax.bar(i, np.mean(d), color=color(rs[0]['variant']), yerr=np.std(d, ddof=1) if len(d) > 1 else None,
                capsize=3)
     ax.set_xticks(range(len(items)))
     ax.set_xticklabels([shape_label(rs[0]) for rs in items], rotation=75, fontsize=6)
     for v in sorted({rs[0]['variant'] for rs in items}, key=rank):
-        ax.bar(0, 0, color=color(v), label=v)
+        ax.bar(0, 0, color=color(v), label=v)              # an empty bar: one legend entry
     ax.axhline(0, c='k', lw=0.6)
     ax.set(ylabel=f'Delta vs FLOP-matched dense ({metric})',
            title='ablations against full X-MoD\n(bars: mean over seeds; error bars: std over seeds)')
@@ -178,6 +196,8 @@ def plot_ablations(ax, runs, metric):
 
 
 def plot_training_curves(ax, runs, metric):
+    """Validation loss (metric) against training FLOPs through training, for one dense run and
+    its closest FLOP-matched MoD, X-MoD and MoE partners."""
     # one picture of the families side by side: the dense run with the most FLOP-matched families, each the partner
     # closest in FLOPs per token, so that the curves differ by the family and not by the compute
     best = None
@@ -190,8 +210,8 @@ def plot_training_curves(ax, runs, metric):
             if cands:
                 r = min(cands, key=lambda r: abs(math.log(r['fpt'] / d['fpt'])))
                 quartet.append(r)
-                cost += abs(math.log(r['fpt'] / d['fpt']))
-        score = (len(quartet), -cost)
+                cost += abs(math.log(r['fpt'] / d['fpt']))    # off in FLOPs per token, as a ratio
+        score = (len(quartet), -cost)              # most families first, then the closest match
         if len(quartet) > 1 and (best is None or score > best[0]):
             best = (score, quartet)
     if best is None:
@@ -212,6 +232,7 @@ def plot_training_curves(ax, runs, metric):
 
 
 def config_label(r):
+    """shape_label with the width and the training tokens, e.g. '... d128 2M': a row's name."""
     return f'{shape_label(r)} d{r["n_embd"]} {r["tokens"] / 1e6:.2g}M'
 
 
@@ -250,11 +271,14 @@ def delta_vs_tokens(runs, min_seeds=2):
                     at.setdefault(float(tok), []).append(float(log[m][a] - plog[m][b]))
             entry[m] = [dict(tokens=tok, **n_mean_se(d)) for tok, d in sorted(at.items())]
         label = config_label(rs[0])
+        # two configs can share a label (it omits e.g. the learning rate): a number parts them
         table[label if label not in table else f'{label} ({len(table)})'] = entry
     return table
 
 
 def plot_delta_vs_tokens(axes, table):
+    """Delta against training tokens, a panel per configuration of delta_vs_tokens' table (as many
+    as there are axes: most seeds first), both metrics; band: mean +- 1 standard error."""
     if not table:
         return empty_note(axes[0], 'no sparse configuration with >= 2 seeds and dense partners')
     for ax, (label, e) in zip(axes, table.items()):
@@ -264,6 +288,7 @@ def plot_delta_vs_tokens(axes, table):
             mean = np.array([row['mean'] for row in rows])
             se = np.array([np.nan if row['se'] is None else row['se'] for row in rows])
             ax.plot(x, mean, color=c, marker='o', ms=3, label=f'{name}: mean over seeds')
+            # the band: mean +- 1 standard error over seeds (NaN, no band, where one seed)
             ax.fill_between(x, mean - se, mean + se, color=c, alpha=0.25, lw=0)
         ax.axhline(0, c='0.6', lw=0.6)
         ax.set(xlabel='training tokens', ylabel='Delta vs FLOP-matched dense (nats)',
@@ -287,7 +312,7 @@ def paired_fixes(runs):
         entry = dict(fix=v, config=config_label(prs[0][0]), seeds=sorted(r['seed'] for r, _ in prs))
         for m in METRICS:
             entry[m] = n_mean_se([r['loss'][m] - x['loss'][m] for r, x in prs])
-        table[entry['config']] = entry
+        table[entry['config']] = entry      # keyed by config_label, which names the fix's variant
     return table
 
 
@@ -338,6 +363,7 @@ def plot_routing_diagnostics(axes, runs, metric):
                 continue                      # one budget: no line to draw
             x = sorted(at)
             mean = [np.mean(at[t]) for t in x]
+            # error bar: 1 standard error over seeds, none (0) for a single seed
             se = [np.std(at[t], ddof=1) / math.sqrt(len(at[t])) if len(at[t]) > 1 else 0 for t in x]
             ax.errorbar(x, mean, yerr=se, marker='o', ms=4, capsize=3, label=f'stride {s}, L{L}, c={c:.3g}')
             drawn = True
@@ -424,6 +450,7 @@ def make_plots(out, runs, pairs, res, metric, law, dvt):
 # summary.md and printed lines
 
 def fmt(x, spec='.4g'):
+    """x formatted with spec, '-' for None (a value fit.json does not have)."""
     return '-' if x is None else format(x, spec)
 
 
@@ -433,6 +460,7 @@ def with_interval(value, lo, hi, spec):
 
 
 def md_table(header, rows):
+    """A markdown table (a string): header, a list of column names, and rows, lists of cells."""
     lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
     lines += ['| ' + ' | '.join(str(c) for c in row) + ' |' for row in rows]
     return '\n'.join(lines)
@@ -517,6 +545,8 @@ def conclusion(result, runs):
 
 
 def summary_md(result, runs):
+    """summary.md's text from fit.json's result and the runs: the conclusion, the dense and
+    relative laws, errors, selection, goals, joint law, Delta against tokens, fixes, every run."""
     bm, metrics, i = result['by_metric'], list(result['by_metric']), result['inputs']
     s = ['# X-MoD scaling-law fit\n', conclusion(result, runs),
          f'Primary metric: `{result["metric"]}`. Inputs: {i["n_runs"]} finished runs '
@@ -560,6 +590,7 @@ def summary_md(result, runs):
         for name, lab in (('constant', 'a constant Delta'), ('zero', 'Delta = 0')):
             rows.append([f'held-out Delta RMSE of {lab}'] + [fmt(h['vs_null'][name]['null_rmse_delta'])
                                                            if 'vs_null' in h else '-' for h in held.values()])
+        # beaten: the 95% paired-bootstrap interval of (law - null) squared error lies below 0
         rows.append(['the law beats both at 95% (paired bootstrap)'] + [
             ('yes' if h['beats_null'] else 'no: no better than a constant') if 'vs_null' in h else '-'
             for h in held.values()])
@@ -578,6 +609,7 @@ def summary_md(result, runs):
     s.append(delta_vs_tokens_md(result['delta_vs_tokens']))
     s.append(fixes_md(result.get('fixes', {})))
     s.append('## Runs\n')
+    # m the primary metric, o the other (METRICS has two: val_loss_causal and val_loss)
     m, o = result['metric'], [x for x in metrics if x != result['metric']][0]
     rows = []
     for r in sorted(runs, key=lambda r: (r['variant'], r['T'], r['n_layer'], r['stride'] or 0, r['capacity'] or 0,
@@ -669,6 +701,7 @@ def goal_texts(g):
 
 
 def goals_md(bm):
+    """The held-out goals table, a row per metric of bm (fit.json's by_metric); '' if none."""
     rows = [[m] + goal_texts(bm[m]['metrics']['goals']) for m in bm if bm[m]['metrics'].get('goals')]
     if not rows:
         return ''
@@ -682,12 +715,14 @@ def mean_pm_se(row):
 
 
 def delta_vs_tokens_md(table):
+    """summary.md's section on delta_vs_tokens' table: a row per configuration and evaluation."""
     s = ['## Delta against training tokens (delta_vs_tokens.png)\n',
          'Mean over seeds +- 1 standard error, at every evaluation a run and its dense partner both logged.\n']
     if not table:
         return '\n'.join(s + ['No sparse configuration has 2 seeds or more with dense partners.\n'])
     rows = []
     for label, e in table.items():
+        # a row per evaluation of the causal metric, beside the top-k one at the same tokens
         topk = {row['tokens']: row for row in e['val_loss']}
         rows += [[label, len(e['seeds']), f'{row["tokens"]:.0f}', mean_pm_se(row), mean_pm_se(topk.get(row['tokens']))]
                  for row in e['val_loss_causal']]
@@ -695,6 +730,7 @@ def delta_vs_tokens_md(table):
 
 
 def fixes_md(table):
+    """summary.md's section on paired_fixes' table: each fix's difference from full X-MoD."""
     s = ['## Router-knob fixes, paired by seed with full X-MoD\n',
          'L(fix) - L(X-MoD) of the same config and seed, mean over seeds +- 1 standard error (< 0: the fix helps). '
          'A fix wins beyond noise when the mean is below -2 standard errors.\n']
@@ -707,6 +743,8 @@ def fixes_md(table):
 
 
 def print_summary(result, out, n_plots):
+    """Print, per metric, the dense law, the joint and relative laws, the form and the goals, then
+    where fit_law.py wrote its files (out); returns None."""
     i = result['inputs']
     print(f'runs: {i["n_runs"]} ({", ".join(f"{k} {v}" for k, v in i["variants"].items())}), {i["n_heldout"]} held '
           f'out' + (f' by {i["holdout"]!r}' if i['holdout'] else ''))
