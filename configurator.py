@@ -1,7 +1,8 @@
 """
 configurator.py: the command line of every script, as nanoGPT's configurator.py: module-level defaults, then a config
-file (a path, or a name under config/), then --key=value, each checked against its default's type, with did-you-mean
-and a --help that lists each key with the comment beside its default (`configure`). Also the exit codes and the
+file (a path, or a name under config/), then --key=value (or --key value), each checked against its default's type,
+with did-you-mean and a --help that lists each key with the comment beside its default (`configure`). A key whose
+default is a list collects every --key given; a script that takes paths gets its bare arguments as a list. Also the exit codes and the
 user-error type, `run_main`, which turns them into one line on stderr, and what --device and --dtype become.
 """
 import ast
@@ -95,12 +96,16 @@ def say(line):
 # ----------------------------------------------------------------------------------------------------------------------
 # The command line: defaults, then a config file, then --key=value
 
+SETTING_TYPES = (bool, int, float, str, list, tuple)
+
+
 def defaults_of(namespace, model=None, skip=()):
-    """The module-level settings of a script: every public bool, int, float or str defined above this call. With
+    """The module-level settings of a script: every public bool, int, float, str, list or tuple (a key given once
+    per value: --holdout=A --holdout=B) defined above this call, but NAMES in capitals (constants). With
     model (a dataclass: train.py's GPTConfig), each of its fields is a setting too, with the field's default (None
     for a field typed Optional), except the fields in skip and those the script sets itself; they follow the last
     of the script's settings that is one of its fields, so --help keeps the model's keys together."""
-    settings = {k: v for k, v in namespace.items() if not k.startswith('_') and type(v) in (bool, int, float, str)
+    settings = {k: v for k, v in namespace.items() if not k.startswith('_') and type(v) in SETTING_TYPES
                 and not k.isupper()}
     if model is None:
         return settings
@@ -167,10 +172,20 @@ def usage(doc, defaults, source, files=True, model=None):
     comments = {**key_comments(model), **key_comments(source)} if source else {}
     width = max(len(f"--{k}={v!r}") for k, v in defaults.items()) if defaults else 0
     how = '; a config file as a bare argument sets them too' if files else ''
-    lines = [doc.strip(), '', f'options (--key=value{how}):']
+    kinds = {type(v) for v in defaults.values()}
+    flag = '; a bool alone is True' if bool in kinds else ''
+    many = '; a list key once per value' if kinds & {list, tuple} else ''
+    lines = [doc.strip(), '', f'options (--key=value or --key value{flag}{many}{how}):']
     for k, v in defaults.items():
         lines.append(f"  {f'--{k}={v!r}':<{width}}  {comments.get(k, '')}".rstrip())
     return '\n'.join(lines)
+
+
+def coerce_list(value, default, shown):
+    """A config file's list for a list key: each item as the type of the default's items (str for an empty one)."""
+    if type(value) not in (list, tuple):
+        raise UserError(f"{shown}: expected a list (like the default {default!r})")
+    return type(default)(coerce(v, default[0] if default else '', shown, cli=False) for v in value)
 
 
 def coerce(value, default, shown, cli, want=None):
@@ -224,13 +239,18 @@ def configure(argv, defaults, doc='', source=None, config_dir=os.path.join(ROOT,
     """argv -> (config namespace, set of keys given explicitly by a config file or the command line).
     -h/--help prints doc and every key with its default and the comment beside it in `source` (or, for the fields
     of the dataclass `model` that defaults_of added, in its class), then exits 0. A key whose default is None takes
-    its type from model's annotation (Optional[X]). A bare argument is a config file (files=True), or is appended to
+    its type from model's annotation (Optional[X]). --key=value and --key value are the same, but for a bool key:
+    a bare --flag is True, and the argument after it is not its value. A key whose default is a list (or tuple)
+    takes one value each time it is given: the command line's values replace the default (or the config file's)
+    and add up (--holdout=A --holdout B is [A, B]). A bare argument is a config file (files=True), or is appended to
     the list `positional` when one is given. The set `from_file`, when given, gets the keys whose value a config
     file set (and no later --key=value)."""
     from_file = set() if from_file is None else from_file
     wants = optional_types(model)
     cfg, explicit = dict(defaults), set()
-    for arg in argv:
+    args = list(argv)
+    while args:
+        arg = args.pop(0)
         if arg in ('-h', '--help'):
             print_for_a_reader(usage(doc, defaults, source, files and positional is None, model))
             sys.exit(EXIT_OK)
@@ -252,18 +272,30 @@ def configure(argv, defaults, doc='', source=None, config_dir=os.path.join(ROOT,
                     continue          # imports and helpers a config file may use
                 if k not in defaults:
                     raise unknown_key(k, defaults, f"in config file {path}")
-                cfg[k] = coerce(v, defaults[k], f"{k} = {v!r} in {path}", cli=False, want=wants.get(k))
+                shown = f"{k} = {v!r} in {path}"
+                cfg[k] = coerce_list(v, defaults[k], shown) if type(defaults[k]) in (list, tuple) else \
+                    coerce(v, defaults[k], shown, cli=False, want=wants.get(k))
                 explicit.add(k)
                 from_file.add(k)
         else:
             key, eq, value = arg[2:].partition('=')
             if key not in defaults:
                 raise unknown_key(key, defaults, 'on the command line')
+            default = defaults[key]
             if not eq:
-                if type(defaults[key]) is not bool:
-                    raise UserError(f"{arg}: overrides are --key=value")
-                value = 'True'                              # a bare --flag turns a bool on
-            cfg[key] = coerce(value, defaults[key], arg, cli=True, want=wants.get(key))
+                if type(default) is bool:
+                    value = 'True'                          # a bare --flag turns a bool on
+                elif args and not args[0].startswith('--'):
+                    value = args.pop(0)                     # --key value: the next argument is the value
+                    arg = f"--{key}={value}"                # as errors show it
+                else:
+                    raise UserError(f"{arg}: overrides are --key=value (or --key value)")
+            if type(default) in (list, tuple):
+                item = coerce(value, default[0] if default else '', arg, cli=True)
+                earlier = cfg[key] if key in explicit and key not in from_file else type(default)()
+                cfg[key] = earlier + type(default)([item])
+            else:
+                cfg[key] = coerce(value, default, arg, cli=True, want=wants.get(key))
             explicit.add(key)
             from_file.discard(key)
     return types.SimpleNamespace(**cfg), explicit

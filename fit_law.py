@@ -2,6 +2,7 @@
 Fit the X-MoD scaling law from a sweep of finished training runs.
 
     python fit_law.py RUNS... --out DIR [--holdout FILTER]... [--metric val_loss_causal|val_loss] [--bootstrap 200]
+    python fit_law.py --regimes RUNS... --out DIR [--bootstrap 2000]
     python fit_law.py --advise DIR --flops=C [--block_size=T] [--n_embd=W] [--dense_layers=L] [--json]
 
 RUNS: run directories, globs of them, or folders with runs below them, read by law/load.py (what it accepts:
@@ -29,9 +30,8 @@ are fitted; --metric is the primary one. --out gets fit.json, and from law/repor
 them Delta against training tokens, seed mean +- 1 standard error); numbers are not rounded, undefined ones null.
 """
 
-import argparse
 import itertools
-import json
+import json as jsonlib  # `json` is a key (--json)
 import math
 import os
 import sys
@@ -45,15 +45,41 @@ import law.joint
 import law.rates
 import law.regimes
 import law.report
-from configurator import UserError, run_main
+from configurator import UserError, configure, defaults_of, run_main
 from law.load import METRICS, WARNINGS, config_key, load_runs, mark_heldout, pair_heldout, pair_runs, warn
 from law.terms import BASE_TERMS, CANDIDATE_TERMS, D0, FORM, N0, S0, T0, TERMS, VARIABLES, form_of
 
 # -----------------------------------------------------------------------------
-# the command line's defaults
-metric = 'val_loss_causal'   # the honest loss: causal routing, no peeking at later tokens
+# the command line (configurator.py): RUNS... are bare arguments; --key=value or --key value
+out = ''                     # output directory (created); required with RUNS
+holdout = []                 # runs to leave out of both fits and predict: KEY OP VALUE conditions joined by 'and' or ','
+                             # (OP: = == != < <= > >=), e.g. 'stride==8', "model=='xmod' and stride==8",
+                             # 'tokens==max_tokens_all'; give it again to hold out more
+metric = 'val_loss_causal'   # the loss to fit: val_loss_causal (the honest loss: causal routing, no peeking at later
+                             # tokens) or val_loss; the other is fitted and reported beside it
 bootstrap = 200              # bootstrap resamples for the 95% intervals
-seed = 0
+seed = 0                     # bootstrap seed
+tuned = False                # fit only the runs at their arm's best peak learning rate (lr_sweep.py's rule,
+                             # law/rates.py: the lowest seed-0 loss of --metric), all seeds; an arm run at one rate
+                             # keeps it. Without it every rate is fitted, each X-MoD run paired with the dense run of
+                             # its rate
+regimes = False              # instead of the two laws: one law of Delta across corpora, contexts and tokens per active
+                             # parameter (law/regimes.py), from each corpus's tuned runs; writes regimes.json,
+                             # regimes.md and regimes.png (runs on several corpora are welcome here)
+skip_joint = False           # leave out the joint law (law/joint.py; its form selection refits it tens of times:
+                             # minutes on a large sweep)
+# the adviser: which routing configuration to choose, from a fit (no runs, no --out)
+advise = ''                  # a fit folder (or its fit.json): which routing configuration to train, from its joint
+                             # law (no runs, no --out)
+flops = 0.0                  # --advise: the training FLOPs, > 0 (3 x forward FLOPs/token x tokens, as run.json)
+block_size = 128             # --advise: context T
+n_embd = 128                 # --advise: the dense model's width
+dense_layers = 4             # --advise: the dense model's depth
+n_head = 4                   # --advise: attention heads
+vocab_size = 84              # --advise: vocabulary (84: char-level Shakespeare)
+json = False                 # --advise: print the answer as JSON
+DEFAULTS = defaults_of(globals())
+
 # the fits' constants (the relative law's terms and its reference point T0, S0, D0, N0: law/terms.py)
 SELECT_MARGIN = 0.05         # a candidate term stays only if the CV RMSE without it is > 5% worse
 # dense-law fit
@@ -592,56 +618,34 @@ def run_row(r):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0].strip(), epilog='What fit_law.py accepts and '
-                                'refuses: docs/fit_law.md.')
-    p.add_argument('runs', nargs='*', help='run directories, globs of them, or folders holding run directories')
-    p.add_argument('--out', help='output directory (created)')
-    p.add_argument('--holdout', action='append', metavar='FILTER', help='runs to leave out of both fits and predict: '
-                   "KEY OP VALUE conditions joined by 'and' or ',' (OP: = == != < <= > >=), e.g. 'stride==8', "
-                   "\"model=='xmod' and stride==8\", 'tokens==max_tokens_all'; repeat it to hold out more")
-    p.add_argument('--metric', default=metric, choices=METRICS, help=f'loss to fit (default {metric}); the other is '
-                   'fitted and reported beside it')
-    p.add_argument('--bootstrap', type=int, default=bootstrap, help=f'bootstrap resamples (default {bootstrap})')
-    p.add_argument('--seed', type=int, default=seed, help='bootstrap seed')
-    p.add_argument('--tuned', action='store_true', help='fit only the runs at their arm\'s best peak learning rate '
-                   '(lr_sweep.py\'s rule, law/rates.py: the lowest seed-0 loss of --metric), all seeds; an arm run at '
-                   'one rate keeps it. Without it every rate is fitted, each X-MoD run paired with the dense run of its rate')
-    p.add_argument('--regimes', action='store_true', help='instead of the two laws: one law of Delta across corpora, '
-                   'contexts and tokens per active parameter (law/regimes.py), from each corpus\'s tuned runs; '
-                   'writes regimes.json, regimes.md and regimes.png (runs on several corpora are welcome here)')
-    p.add_argument('--skip_joint', action='store_true', help='leave out the joint law (law/joint.py; its form '
-                   'selection refits it tens of times: minutes on a large sweep)')
-    a = p.add_argument_group('the adviser: which routing configuration to choose, from a fit (no runs, no --out)')
-    a.add_argument('--advise', metavar='FIT', help='a fit folder (or its fit.json): answer from its joint law')
-    a.add_argument('--flops', type=float, help='training FLOPs (3 x forward FLOPs/token x tokens, as run.json)')
-    a.add_argument('--block_size', type=int, default=128, help='context T (default 128)')
-    a.add_argument('--n_embd', type=int, default=128, help="the dense model's width (default 128)")
-    a.add_argument('--dense_layers', type=int, default=4, help="the dense model's depth (default 4)")
-    a.add_argument('--n_head', type=int, default=4, help='attention heads (default 4)')
-    a.add_argument('--vocab_size', type=int, default=84, help='vocabulary (default 84: char-level Shakespeare)')
-    a.add_argument('--json', action='store_true', help='print the answer as JSON')
-    cfg = p.parse_args(argv)
+    """The command line -> its config, the runs (bare arguments) as cfg.runs; refuses what cannot be run."""
+    runs = []
+    cfg, _ = configure(argv, DEFAULTS, doc=__doc__ + '\nWhat fit_law.py accepts and refuses: docs/fit_law.md.',
+                       source=__file__, positional=runs)
+    cfg.runs = runs
+    if cfg.metric not in METRICS:
+        raise UserError(f"--metric={cfg.metric!r}: expected {' | '.join(METRICS)}")
     if cfg.bootstrap < 0:
-        p.error('--bootstrap must be >= 0')
+        raise UserError('--bootstrap must be >= 0')
     if cfg.advise:
         if cfg.runs or cfg.out:
-            p.error('--advise answers from a fit: give no runs and no --out')
-        if not cfg.flops or cfg.flops <= 0:
-            p.error('--advise needs --flops=C, the training FLOPs (> 0)')
+            raise UserError('--advise answers from a fit: give no runs and no --out')
+        if cfg.flops <= 0:
+            raise UserError('--advise needs --flops=C, the training FLOPs (> 0)')
     elif not cfg.runs or not cfg.out:
-        p.error('give the runs to fit and --out DIR (or --advise FIT --flops=C)')
+        raise UserError('give the runs to fit and --out DIR (or --advise FIT --flops=C)')
     if cfg.regimes and (cfg.holdout or cfg.advise):
-        p.error('--regimes holds out its own tests (law/regimes.py): give no --holdout and no --advise')
+        raise UserError('--regimes holds out its own tests (law/regimes.py): give no --holdout and no --advise')
     return cfg
 
 
-def advise(cfg):
+def run_advise(cfg):
     """fit_law.py --advise: the fit's joint law asked which X-MoD configuration to train at this budget, context
     and dense size (law.joint.advise); a table and one line, or JSON."""
     path = cfg.advise if cfg.advise.endswith('.json') else os.path.join(cfg.advise, 'fit.json')
     try:
         with open(path) as f:
-            fit_json = json.load(f)
+            fit_json = jsonlib.load(f)
     except (OSError, ValueError) as e:
         raise UserError(f'{path}: cannot read a fit ({e})')
     try:
@@ -650,7 +654,7 @@ def advise(cfg):
     except ValueError as e:
         raise UserError(f'{path}: {e}')
     if cfg.json:
-        print(json.dumps(to_json(out), indent=1))
+        print(jsonlib.dumps(to_json(out), indent=1))
         return 0
     d = out['dense']
     print(f"{path}: the joint law of {out['metric']} (terms: {', '.join(out['terms']) or 'none, the dense law'}), "
@@ -668,7 +672,7 @@ def advise(cfg):
     return 0
 
 
-def regimes(cfg):
+def run_regimes(cfg):
     """fit_law.py --regimes: Delta across corpora, contexts and tokens per active parameter (law/regimes.py)."""
     WARNINGS.clear()
     runs = load_runs(cfg.runs, one_corpus=False)
@@ -678,7 +682,7 @@ def regimes(cfg):
                + (f' --bootstrap {cfg.bootstrap}' if cfg.bootstrap != bootstrap else ''))
     os.makedirs(cfg.out, exist_ok=True)
     with open(os.path.join(cfg.out, 'regimes.json'), 'w') as f:
-        json.dump(to_json(dict(result, pairs=pairs)), f, indent=1)
+        jsonlib.dump(to_json(dict(result, pairs=pairs)), f, indent=1)
     md = law.regimes.summary_md(result, pairs, command)
     with open(os.path.join(cfg.out, 'regimes.md'), 'w') as f:
         f.write(md)
@@ -690,7 +694,7 @@ def regimes(cfg):
 
 def run(cfg):
     if cfg.regimes:
-        return regimes(cfg)
+        return run_regimes(cfg)
     WARNINGS.clear()
     runs = load_runs(cfg.runs)
     n_loaded = len(runs)
@@ -716,7 +720,7 @@ def run(cfg):
                   fixes=law.report.paired_fixes(runs), runs=[run_row(r) for r in runs])
     os.makedirs(cfg.out, exist_ok=True)
     with open(os.path.join(cfg.out, 'fit.json'), 'w') as f:
-        json.dump(to_json(result), f, indent=1)
+        jsonlib.dump(to_json(result), f, indent=1)
     with open(os.path.join(cfg.out, 'summary.md'), 'w') as f:
         f.write(law.report.summary_md(result, runs))
     n_plots = len(law.report.make_plots(cfg.out, runs, pairs_by_metric[cfg.metric], by_metric[cfg.metric],
@@ -728,7 +732,7 @@ def run(cfg):
 def fit(argv):
     cfg = parse_args(argv)
     if cfg.advise:
-        return advise(cfg)
+        return run_advise(cfg)
     run(cfg)
     return 0
 

@@ -4,27 +4,34 @@ learning-rate sweep (sweeps/cpu_lr.py).
 
     python lr_sweep.py results/cpu_lr/runs --out results/cpu_lr        # lr.json, lr.md, lr_vs_loss.png
 
-It reads a sweep's finished runs (sweep.py runs them). What an arm is, how its best rate is chosen and how Delta is
+RUNS... are run folders or globs of them, each holding run.json and log.csv: a sweep's finished runs (sweep.py runs
+them). What an arm is, how its best rate is chosen and how Delta is
 paired: law/rates.py, which does the analysis; this file is its command line.
 """
-import argparse
 import json
 import os
 import sys
 
-from configurator import run_main
+from configurator import UserError, configure, defaults_of, run_main
 from law.load import METRICS, load_runs
 from law.rates import analyse, plot, to_markdown
 
+# -----------------------------------------------------------------------------------------------------------------
+# the command line (configurator.py): RUNS... are bare arguments; --key=value or --key value
+out = ''                    # folder for lr.json, lr.md and lr_vs_loss.png (required)
+metric = 'val_loss_causal'  # the loss that picks each arm's rate and gives Delta: val_loss_causal or val_loss
+# -----------------------------------------------------------------------------------------------------------------
+DEFAULTS = defaults_of(globals())
+
 
 def lr_sweep(argv):
-    p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument('runs', nargs='+', help='run folders or globs (each holding run.json and log.csv)')
-    p.add_argument('--out', required=True, help='folder for lr.json, lr.md and lr_vs_loss.png')
-    p.add_argument('--metric', default='val_loss_causal', choices=METRICS)
-    cfg = p.parse_args(argv)
-    result = analyse(load_runs(cfg.runs), cfg.metric)
+    runs = []
+    cfg, _ = configure(argv, DEFAULTS, doc=__doc__, source=__file__, positional=runs)
+    if not runs or not cfg.out:
+        raise UserError('give the runs of a learning-rate sweep and --out DIR (python lr_sweep.py RUNS... --out DIR)')
+    if cfg.metric not in METRICS:
+        raise UserError(f"--metric={cfg.metric!r}: expected {' | '.join(METRICS)}")
+    result = analyse(load_runs(runs), cfg.metric)
     os.makedirs(cfg.out, exist_ok=True)
     with open(os.path.join(cfg.out, 'lr.json'), 'w') as f:
         json.dump(result, f, indent=1, default=str)

@@ -137,7 +137,7 @@ def cli(*args):
 
 
 def run_main(capsys, *args, joint=False):
-    """fit_law.main in-process; returns (exit code, stderr); argparse's errors exit. joint=False: without the
+    """fit_law.main in-process; returns (exit code, stderr); --help exits. joint=False: without the
     joint law (--skip_joint), as cli()."""
     try:
         code = fit_law.main(list(args) + ([] if joint else ['--skip_joint']))

@@ -269,10 +269,12 @@ def test_bad_input_exits_2_with_one_line(args, says, capsys):
     assert captured.err.count('\n') == 1 and says in captured.err, captured.err
 
 
-def test_help():
+def test_help(capsys):
     with pytest.raises(SystemExit) as e:
         exercises.main(['--help'])
-    assert e.value.code == 0
+    shown = capsys.readouterr().out
+    assert e.value.code == 0 and 'check --all [--workdir DIR]' in shown
+    assert "  --workdir=''" in shown and '  --all=False' in shown and 'tutorial/work/' in shown
 
 
 # ---------------------------------------------------------------------------------------------------------------------

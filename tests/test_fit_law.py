@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import fit_law
+from conftest import assert_bad_input
 from law.load import load_runs
 from law_runs import (
     N_EMBD,
@@ -382,3 +383,34 @@ def test_fit_does_not_depend_on_the_order_of_its_arguments(tmp_path, capsys):
 def test_pooled_seed_noise():
     std, n = fit_law.pooled_std([[1.0, 3.0], [2.0, 2.0, 2.0], [5.0]])
     assert n == 2 and abs(std - math.sqrt(2 / 3)) < 1e-12
+
+
+# -----------------------------------------------------------------------------
+# the command line (configurator.py, as every script's)
+
+def test_command_line_takes_both_forms_and_repeats_holdout(capsys):
+    """--key value and --key=value, flags alone, --holdout once per filter, the runs as bare arguments; bad input is
+    one line and exit 2; --help lists every key with what it does."""
+    cfg = fit_law.parse_args(['a', '--out', 'D', '--holdout', 'stride==8', 'b', '--holdout=n_embd==192', '--tuned',
+                              '--bootstrap', '5', '--metric=val_loss'])
+    assert cfg.runs == ['a', 'b'] and cfg.out == 'D' and cfg.holdout == ['stride==8', 'n_embd==192']
+    assert (cfg.tuned, cfg.bootstrap, cfg.metric, cfg.regimes, cfg.advise) == (True, 5, 'val_loss', False, '')
+    cfg = fit_law.parse_args(['--advise', 'FIT', '--flops', '1e15', '--json', '--n_embd', '256'])
+    assert (cfg.advise, cfg.flops, cfg.json, cfg.n_embd, cfg.runs) == ('FIT', 1e15, True, 256, [])
+    for args, needle in ((['a', '--out', 'D', '--metric', 'val_los'], "--metric='val_los': expected val_loss_causal"),
+                         (['a', '--out', 'D', '--bootstrap=-1'], '--bootstrap must be >= 0'),
+                         (['a'], 'give the runs to fit and --out DIR'),
+                         (['--advise', 'FIT'], '--advise needs --flops=C'),
+                         (['a', '--advise', 'FIT', '--flops=1'], 'give no runs and no --out'),
+                         (['--regimes', 'a', '--out', 'D', '--holdout', 'stride==8'], 'give no --holdout'),
+                         (['a', '--out'], '--out: overrides are --key=value'),
+                         (['a', '--outt', 'D'], 'did you mean --out?')):
+        code, err = run_main(capsys, *args, joint=True)
+        assert_bad_input(code, err, needle)
+    with pytest.raises(SystemExit) as e:
+        fit_law.main(['--help'])
+    shown = capsys.readouterr().out
+    lines = {line.split()[0].split('=')[0]: line for line in shown.splitlines() if line.startswith('  --')}
+    assert e.value.code == 0 and set(lines) == {f'--{k}' for k in fit_law.DEFAULTS} and 'docs/fit_law.md' in shown
+    assert all(len(line.split(None, 1)) == 2 for line in lines.values()), 'a key without its comment'
+    assert 'give it again' in lines['--holdout'] and 'JSON' in lines['--json']

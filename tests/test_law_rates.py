@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import lr_sweep
+from conftest import assert_bad_input
 from law import rates
 from law.load import load_runs
 from law_runs import N_EMBD, make_run, run_main
@@ -45,6 +46,20 @@ def test_lr_sweep_tables_the_best_rates_and_both_deltas(tmp_path, capsys):
     assert (tmp_path / 'out' / 'lr_vs_loss.png').stat().st_size > 0
     assert '(grid edge)' in (tmp_path / 'out' / 'lr.md').read_text()
 
+
+
+def test_lr_sweep_command_line(tmp_path, capsys):
+    """--out DIR or --out=DIR, the runs as bare arguments; bad input is one line, exit 2; --help lists the keys."""
+    for args, needle in (([str(tmp_path)], 'give the runs of a learning-rate sweep and --out DIR'),
+                         ([str(tmp_path), '--out', str(tmp_path / 'o'), '--metric', 'loss'],
+                          "--metric='loss': expected val_loss_causal | val_loss"),
+                         ([str(tmp_path), '--out'], '--out: overrides are --key=value')):
+        code = lr_sweep.main(args)
+        assert_bad_input(code, capsys.readouterr().err, needle)
+    with pytest.raises(SystemExit) as e:
+        lr_sweep.main(['--help'])
+    shown = capsys.readouterr().out
+    assert e.value.code == 0 and "--out=''" in shown and 'lr.json' in shown and "--metric='val_loss_causal'" in shown
 
 def test_close_rates_are_decided_by_their_seed_mean_and_arms_are_compared_with_xmod(tmp_path):
     """Two rates within 0.005 in seed 0: the seed-0 winner until both have seeds, then the lower seed mean. Every

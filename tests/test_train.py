@@ -175,6 +175,46 @@ def test_config_file_and_overrides(tmp_path):
             configurator.configure([name[:-3]], train.DEFAULTS)
 
 
+def test_key_value_as_two_arguments_flags_and_lists(tmp_path, capsys):
+    """--key value is --key=value; a bare bool is True and leaves the next argument alone; a list key collects each
+    time it is given (the command line's values replace the default or a config file's); --help lists them all."""
+    defaults = dict(out='', seed=0, lr=1.0, tuned=False, holdout=[], sizes=(64,))
+    paths = []
+    cfg, explicit = configurator.configure(['a', '--out', 'DIR', '--tuned', 'b', '--seed', '-3', '--lr', '2',
+                                            '--holdout', 'stride==8', '--holdout=T>128', '--sizes', '32'],
+                                           defaults, positional=paths)
+    assert paths == ['a', 'b'] and explicit == set(defaults)
+    assert (cfg.out, cfg.seed, cfg.lr, cfg.tuned) == ('DIR', -3, 2.0, True) and type(cfg.lr) is float
+    assert cfg.holdout == ['stride==8', 'T>128'] and cfg.sizes == (32,)
+    assert configurator.configure([], defaults)[0].holdout == [] and defaults['holdout'] == []   # not mutated
+    cfg, _ = configurator.configure(['--out=x', '--out', 'y'], defaults)                          # the last one wins
+    assert cfg.out == 'y'
+    for args, needle in ((['--out'], '--key=value'), (['--out', '--tuned'], '--out: overrides are --key=value'),
+                         (['--seed', 'x'], '--seed=x: expected int'),
+                         (['--sizes', 'big'], '--sizes=big: expected int'),
+                         (['--outt', 'DIR'], 'did you mean --out?')):
+        with pytest.raises(configurator.UserError, match=needle):
+            configurator.configure(args, defaults, positional=[])
+    # train.py's keys: the same two forms; a bool's next argument is still a config file
+    cfg, explicit = configurator.configure(['--compile', 'shakespeare_char_nanogpt', '--n_embd', '32'],
+                                           train.DEFAULTS)
+    assert cfg.n_embd == 32 and cfg.compile is True and 'dense_layers' in explicit   # the file's
+    # a config file sets a list whole; the command line's first value after it starts the list afresh
+    (tmp_path / 'c.py').write_text("holdout = ['seed==1', 'seed==2']\nsizes = [16, 32.0]\n")
+    cfg, _ = configurator.configure([str(tmp_path / 'c.py')], defaults)
+    assert cfg.holdout == ['seed==1', 'seed==2'] and cfg.sizes == (16, 32)
+    cfg, _ = configurator.configure([str(tmp_path / 'c.py'), '--holdout', 'seed==3'], defaults)
+    assert cfg.holdout == ['seed==3']
+    (tmp_path / 'd.py').write_text("holdout = 'seed==1'\n")
+    with pytest.raises(configurator.UserError, match='expected a list'):
+        configurator.configure([str(tmp_path / 'd.py')], defaults)
+    with pytest.raises(SystemExit):
+        configurator.configure(['--help'], defaults)
+    shown = capsys.readouterr().out
+    assert 'or --key value' in shown and 'a bool alone is True' in shown and 'a list key once per value' in shown
+    assert "  --holdout=[]" in shown and "  --sizes=(64,)" in shown
+
+
 # -----------------------------------------------------------------------------------------------------------------
 # resume, atomic save, NaN
 

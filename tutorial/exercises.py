@@ -1,7 +1,7 @@
 """
 exercises.py: classroom exercises on this repository's own code, and their autograder.
 
-    python tutorial/exercises.py list
+    python tutorial/exercises.py list                                 # the exercises: name, file, function, topic
     python tutorial/exercises.py start route_topk [--workdir DIR]     # DIR/xmod.py with route_topk's body blanked
     python tutorial/exercises.py check route_topk [--workdir DIR]     # grade your copy: pass or fail, per check
     python tutorial/exercises.py check --all [--workdir DIR]          # every exercise against DIR's copies
@@ -22,7 +22,6 @@ fresh one of the repository's (tensor names and shapes, each tensor's mean and s
 thresholds); a failure names your function that causes it. Exit status 0 when every check passes, 1 when one fails, 2 on bad input (one line on stderr). Notes for teachers
 (the exercises' difficulty, time, expected output): tutorial/TEACHERS.md.
 """
-import argparse
 import ast
 import contextlib
 import difflib
@@ -38,7 +37,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from configurator import UserError, one_line, run_main  # noqa: E402
+from configurator import UserError, configure, defaults_of, one_line, run_main  # noqa: E402
 from graders import GRADERS, WHOLE_MODEL, Fail  # noqa: E402  (tutorial/ is on sys.path: this file's folder)
 
 WORKDIR = os.path.join(ROOT, 'tutorial', 'work')
@@ -491,9 +490,12 @@ def failure_of(check, module, ref):
 # ----------------------------------------------------------------------------------------------------------------------
 # The command line
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UserError(message)              # one line on stderr, exit 2 (run_main)
+# (configurator.py): the command, then the exercise, are bare arguments; --key=value or --key value
+workdir = ''         # your copies (default '': tutorial/work/, git-ignored)
+all = False          # check: every exercise, against the copies in --workdir (a file missing there is the
+                     # repository's), then the whole-model checks
+DEFAULTS = defaults_of(globals())
+COMMANDS = ('list', 'start', 'check')           # the docstring says what each does
 
 
 # Exercises renamed with the function they blank: the old name still works
@@ -509,38 +511,48 @@ def exercise(name):
     return name
 
 
+def command_line(argv):
+    """argv -> (command, exercise NAME or None, config), or a UserError naming what is wrong."""
+    words = []
+    cfg, _ = configure(argv, DEFAULTS, doc=__doc__, source=__file__, positional=words)
+    if not words:
+        raise UserError('give a command: list, start NAME or check NAME | --all (--help says more)')
+    command, names = words[0], words[1:]
+    if command not in COMMANDS:
+        close = difflib.get_close_matches(command, COMMANDS, n=1, cutoff=0.0)
+        raise UserError(f"invalid choice {command!r}: the command is list, start or check"
+                        + (f"; did you mean {close[0]}?" if close else ''))
+    if len(names) > (command != 'list'):
+        raise UserError(f"{command}: unexpected argument {names[-1]!r}"
+                        + ('' if command == 'list' else ' (one exercise at a time, or check --all)'))
+    if cfg.all and command != 'check':
+        raise UserError(f'{command}: --all goes with check')
+    return command, (names[0] if names else None), cfg
+
+
 def main(argv):
-    p = Parser(prog='exercises.py', description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest='command', required=True, metavar='{list,start,check}')
-    sub.add_parser('list', help='the exercises: name, file, function, what it is about')
-    for cmd, what in [('start', "write DIR/FILE with that function's body blanked (an existing copy keeps your "
-                                "other work)"),
-                      ('check', "grade DIR's copy: pass or fail per check, exit 0 when all pass, 1 otherwise")]:
-        s = sub.add_parser(cmd, help=what, description=what)
-        s.add_argument('name', nargs='?' if cmd == 'check' else None, help='an exercise (see list)')
-        if cmd == 'check':
-            s.add_argument('--all', action='store_true', help='every exercise, against the copies in DIR (a file '
-                                                              'missing from DIR is the repository\'s)')
-        s.add_argument('--workdir', default=WORKDIR, metavar='DIR', help='your copies (default: tutorial/work/)')
-    args = p.parse_args(argv)
-    if args.command == 'list':
+    command, name, cfg = command_line(argv)
+    workdir = cfg.workdir or WORKDIR
+    if command == 'list':
         width = max(map(len, EXERCISES))
         for name, ex in EXERCISES.items():
             print(f"{name:<{width}}  {ex.file} {ex.qualname}: {ex.about}")
         return 0
-    if args.command == 'start':
-        return start(exercise(args.name), args.workdir)
-    if args.all == (args.name is not None):
+    if command == 'start':
+        if name is None:
+            raise UserError('start: give an exercise NAME (python tutorial/exercises.py list shows them all)')
+        return start(exercise(name), workdir)
+    if cfg.all == (name is not None):
         raise UserError('check: give an exercise NAME or --all (not both)')
-    names = list(EXERCISES) if args.all else [exercise(args.name)]
-    if not os.path.isdir(args.workdir):
-        raise UserError(f"--workdir {show(args.workdir)} does not exist: start an exercise first "
+    names = list(EXERCISES) if cfg.all else [exercise(name)]
+    if not os.path.isdir(workdir):
+        raise UserError(f"--workdir {show(workdir)} does not exist: start an exercise first "
                         f"(python tutorial/exercises.py start NAME)")
-    failed = [n for n in names if any(hint is not None for _, hint in grade(n, args.workdir))]
-    if args.all:
+    failed = [n for n in names if any(hint is not None for _, hint in grade(n, workdir))]
+    if cfg.all:
         print(f"all {len(names)} exercises pass" if not failed else
               f"{len(failed)} of {len(names)} exercises fail: {', '.join(failed)}")
-        wrong = [what for what, hint in whole_model(args.workdir) if hint is not None]
+        wrong = [what for what, hint in whole_model(workdir) if hint is not None]
         print(f"whole model: all {len(WHOLE_MODEL)} checks pass" if not wrong else
               f"whole model: {len(wrong)} of {len(WHOLE_MODEL)} checks fail")
         failed += wrong
