@@ -235,7 +235,7 @@ def find_config_file(name, config_dir):
 
 
 def configure(argv, defaults, doc='', source=None, config_dir=os.path.join(ROOT, 'config'), files=True,
-              positional=None, from_file=None, model=None):
+              positional=None, from_file=None, model=None, renamed=None):
     """argv -> (config namespace, set of keys given explicitly by a config file or the command line).
     -h/--help prints doc and every key with its default and the comment beside it in `source` (or, for the fields
     of the dataclass `model` that defaults_of added, in its class), then exits 0. A key whose default is None takes
@@ -244,7 +244,8 @@ def configure(argv, defaults, doc='', source=None, config_dir=os.path.join(ROOT,
     takes one value each time it is given: the command line's values replace the default (or the config file's)
     and add up (--holdout=A --holdout B is [A, B]). A bare argument is a config file (files=True), or is appended to
     the list `positional` when one is given. The set `from_file`, when given, gets the keys whose value a config
-    file set (and no later --key=value)."""
+    file set (and no later --key=value). renamed(key, value), when given, is the key an old spelling means today
+    (run_folder.new_key): a config file or --key=value may still use it."""
     from_file = set() if from_file is None else from_file
     wants = optional_types(model)
     cfg, explicit = dict(defaults), set()
@@ -270,6 +271,7 @@ def configure(argv, defaults, doc='', source=None, config_dir=os.path.join(ROOT,
             for k, v in ns.items():
                 if k.startswith('_') or isinstance(v, (types.ModuleType, types.FunctionType, type)):
                     continue          # imports and helpers a config file may use
+                k = renamed(k, v) if renamed else k
                 if k not in defaults:
                     raise unknown_key(k, defaults, f"in config file {path}")
                 shown = f"{k} = {v!r} in {path}"
@@ -279,6 +281,7 @@ def configure(argv, defaults, doc='', source=None, config_dir=os.path.join(ROOT,
                 from_file.add(k)
         else:
             key, eq, value = arg[2:].partition('=')
+            key = renamed(key, value) if renamed and eq else key
             if key not in defaults:
                 raise unknown_key(key, defaults, 'on the command line')
             default = defaults[key]

@@ -12,7 +12,7 @@ docs/fit_law.md). Two laws, for the reasons in docs/design.md, "The law":
    The corrected Chinchilla procedure: float64, Huber loss (delta 1e-3) on log L summed over runs, log L =
    LSE(a - alpha log N, b - beta log D, e), torch L-BFGS from the best points of a grid, its objective scaled so
    that its stopping tolerances bite (lbfgs_fit: the original fit's pitfall); tests check known parameters return.
-2. Full X-MoD runs (variance gate, balance > 0), each against its FLOP-matched dense partner of the same seed:
+2. Full X-MoD runs (variance gate, depth_balance > 0), each against its FLOP-matched dense partner of the same seed:
    Delta = L_xmod - L_dense = log(rho) * (-g + tau*log(T/T0) + sigma*log(s/s0) [+ kappa*log(D/D0)]
    [+ omega*log(N/N0)]) [+ kappa0*log(D/D0)], rho = params_total / params_active, T = context, s = anchor stride,
    D = training tokens, N = the partner's params_total; T0=128, s0=4, D0=2M, N0=787,584 (4 layers at width 128);

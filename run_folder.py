@@ -88,6 +88,8 @@ def load_checkpoint(path, map_location='cpu', missing='nothing to resume (start 
     missing = [k for k in CKPT_KEYS if not isinstance(ckpt, dict) or k not in ckpt]
     if missing:
         raise UserError(f"{path} is not a train.py checkpoint (no {', '.join(missing)}; it is left as is)")
+    for k in ('config', 'model_args'):             # an older checkpoint's keys by today's names (RENAMED)
+        ckpt[k] = upgrade_keys(ckpt[k])
     return ckpt
 
 
@@ -508,7 +510,7 @@ def train_defaults(settings=None):
 
 def train_config(argv):
     """(cfg, explicit keys) of a train.py command line (config files and --key=value), as train.py reads it."""
-    return configure(argv, train_defaults(), model=xmod.GPTConfig)
+    return configure(argv, train_defaults(), model=xmod.GPTConfig, renamed=new_key)
 
 
 # Keys that describe this invocation, not the run: a resume takes them from the command line (or their defaults),
@@ -585,8 +587,44 @@ def check_eval_set(saved, cfg, defaults):
 
 
 # How train.py said "the family's default" before it took the model's keys from GPTConfig (whose None says it):
-# a command line or a checkpoint's config that still says so means None.
-OLD_FAMILY_DEFAULTS = {'gate': '', 'router_bce': '', 'expert_hidden': 0, 'balance': -1.0}
+# a command line or a checkpoint's config that still says so means None (the keys by today's names: RENAMED).
+OLD_FAMILY_DEFAULTS = {'gate': '', 'bce_logits': '', 'expert_hidden': 0, 'depth_balance': -1.0}
+
+# Keys renamed so that each loss coefficient has its loss's name (log.csv's column), {old: new}: the old spelling on a
+# command line, in a config file, a checkpoint or run.json means the new key (new_key, upgrade_keys). router_bce was
+# the mode of the router BCE's logits, a string, before it became the BCE's coefficient, a number.
+RENAMED = {'router_aux': 'router_bce', 'balance': 'depth_balance', 'moe_aux': 'moe_balance'}
+OLD_BCE_MODE = ('router_bce', 'bce_logits')       # router_bce with a value that is not a number: the old mode
+
+
+def new_key(key, value):
+    """The key that `key` set to `value` (a command line's string, or a Python value) means today: RENAMED's new name
+    for an old one, bce_logits for router_bce with a value that is not a number (the old mode: 'centred', 'raw', ''
+    or None for the family's), else key itself."""
+    if key == OLD_BCE_MODE[0] and (value is None or isinstance(value, str) and not is_number(value)):
+        return OLD_BCE_MODE[1]
+    return RENAMED.get(key, key)
+
+
+def is_number(text):
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def upgrade_keys(values):
+    """A dict of keys written by older code (a checkpoint's config or model_args, run.json's config or model_config)
+    with today's names (new_key); one already in today's names is returned as it is, in a new dict."""
+    return {new_key(k, v): v for k, v in values.items()}
+
+
+def old_key_names(values):
+    """upgrade_keys backwards: a dict of today's keys by their names of before RENAMED (law.load.config_key orders
+    runs by them, as it always has; the tests write an older run with them)."""
+    old = {new: old for old, new in RENAMED.items()}
+    return {(OLD_BCE_MODE[0] if k == OLD_BCE_MODE[1] else old.get(k, k)): v for k, v in values.items()}
 
 
 def family_defaults(values):
@@ -597,6 +635,7 @@ def family_defaults(values):
 def resume_config(saved, cfg, explicit, defaults):
     """The config of a resumed run: the checkpoint's, with this invocation's session keys and explicit overrides."""
     merged = dict(defaults)
+    saved = upgrade_keys(saved)                     # an older checkpoint's keys by today's names
     merged.update({k: v for k, v in saved.items() if k in defaults})
     merged.update(family_defaults(saved))
     for k in set(SESSION_KEYS) | explicit:

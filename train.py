@@ -7,7 +7,9 @@ train.py: train one model of any family (dense, mod, xmod, moe) on a CPU, one GP
     torchrun --standalone --nproc_per_node=8 train.py config/openwebtext_xmod.py
 
 Configuration works as in nanoGPT: the defaults below, then a config file (a path, or a name under config/), then
---key=value, each checked against its default's type. `python train.py --help` lists every key.
+--key=value, each checked against its default's type. `python train.py --help` lists every key. A loss coefficient
+has its loss's name (log.csv's column); the old names still work (run_folder.RENAMED): --router_aux is --router_bce,
+--balance --depth_balance, --moe_aux --moe_balance, and --router_bce=raw|centred (the old mode) --bce_logits.
 
 Sizing: dense_layers is the depth of the dense baseline that a sparse run is FLOP-matched to. model=dense uses
 n_layer (0 = dense_layers); mod/xmod with match_flops=True solve depth and capacity so that forward FLOPs/token are
@@ -122,7 +124,8 @@ def setup_run(argv, lock=None):
     budget. Bad input raises UserError here, with nothing on disk touched. lock: the RunLock rank 0 takes (None: a
     caller that only wants the resolved run, not to train it)."""
     from_file = set()
-    cfg, explicit = configure(argv, DEFAULTS, doc=__doc__, source=__file__, from_file=from_file, model=GPTConfig)
+    cfg, explicit = configure(argv, DEFAULTS, doc=__doc__, source=__file__, from_file=from_file, model=GPTConfig,
+                              renamed=run_folder.new_key)
     ddp = int(os.environ.get('RANK', -1)) != -1
     rank, local_rank, world_size = 0, 0, 1
     if ddp:

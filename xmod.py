@@ -42,7 +42,7 @@ IMPLS = ('fast', 'naive')
 GATES = ('variance', 'plain')
 ROUTERS = ('learned', 'random')   # 'random': the control (a random k tokens; MoD's paper compares
                                   # against it)
-ROUTER_BCES = ('centred', 'raw')  # the logits of the router's BCE: r - cut (ours) or r (MoD's
+BCE_LOGITS = ('centred', 'raw')   # the logits of the router's BCE: r - cut (ours) or r (MoD's
                                   # paper)
 RESID_INITS = ('layers', 'active')
 ROUTINGS = ('topk', 'causal')
@@ -73,13 +73,13 @@ class GPTConfig:
                                     # processes
     gate: Optional[str] = None      # 'variance' (X-MoD) | 'plain' (MoD's raw router weight); None =
                                     # family default
-    balance: Optional[float] = None  # depth-balance loss coefficient; None = family default (xmod
-                                     # 0.1, mod 0)
+    depth_balance: Optional[float] = None  # depth-balance loss coefficient; None = family default
+                                           # (xmod 0.1, mod 0)
     router: str = 'learned'         # 'learned' | 'random' (control: random tokens, the gate is the
                                     # gain alone)
-    router_bce: Optional[str] = None  # 'centred' | 'raw' logits of the router's BCE; None = family
+    bce_logits: Optional[str] = None  # 'centred' | 'raw' logits of the router's BCE; None = family
                                       # default (mod raw)
-    router_aux: float = 0.1         # BCE loss teaching the router to predict its own top-k choice
+    router_bce: float = 0.1         # BCE loss teaching the router to predict its own top-k choice
                                     # (causal routing)
     router_momentum: float = 0.9    # EMA momentum of the calibrated causal threshold (0 = each
                                     # step's own quantile)
@@ -92,7 +92,7 @@ class GPTConfig:
                                           # dense MLP
     expert_capacity_factor: float = 1.25   # moe: slots per expert = factor * top_k * tokens /
                                            # experts
-    moe_aux: float = 0.01           # Switch load-balancing loss coefficient
+    moe_balance: float = 0.01       # Switch load-balancing loss coefficient
     moe_zloss: float = 0.001        # router z-loss coefficient
 
     def __post_init__(self):
@@ -120,15 +120,15 @@ class GPTConfig:
             self.gate = 'variance' if self.model == 'xmod' else 'plain'
         if self.gate not in GATES:
             bad('gate', ' | '.join(GATES))
-        if self.balance is None:
-            self.balance = 0.1 if self.model == 'xmod' else 0.0
-        if self.router_bce is None:
-            # MoD as published; X-MoD our reading
-            self.router_bce = 'raw' if self.model == 'mod' else 'centred'
-        for name, allowed in (('router', ROUTERS), ('router_bce', ROUTER_BCES), ('resid_init', RESID_INITS)):
+        if self.depth_balance is None:
+            self.depth_balance = 0.1 if self.model == 'xmod' else 0.0
+        if self.bce_logits is None:
+            # MoD as published (raw); X-MoD centred, our reading
+            self.bce_logits = 'raw' if self.model == 'mod' else 'centred'
+        for name, allowed in (('router', ROUTERS), ('bce_logits', BCE_LOGITS), ('resid_init', RESID_INITS)):
             if getattr(self, name) not in allowed:
                 bad(name, ' | '.join(allowed))
-        for name in ('balance', 'router_aux', 'router_zloss', 'moe_aux', 'moe_zloss'):
+        for name in ('depth_balance', 'router_bce', 'router_zloss', 'moe_balance', 'moe_zloss'):
             if getattr(self, name) < 0:
                 bad(name, 'a coefficient >= 0')
         if not 0.0 <= self.router_momentum < 1.0:
@@ -392,7 +392,7 @@ class RoutedBlock(nn.Module):
             taken, mask, cut = route_topk(r, routed_k(self.capacity, T))
             # The router learns to predict its own top-k choice from the token alone (for causal
             # routing): this sequence's own mask is the target of its BCE, whose logits are the
-            # scores centred on this sequence's own cut, or the raw scores (router_bce;
+            # scores centred on this sequence's own cut, or the raw scores (bce_logits;
             # GPT.aux_losses, all routed layers in one call); sigmoid(centred) is its soft choice,
             # for depth balancing.
             aux = RoutedAux(r, mask, centred=r - cut.unsqueeze(1), cut=cut)
@@ -806,23 +806,18 @@ class GPT(nn.Module):
         # flatten (B, T) together: one target per position of every sequence
         lm = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
         aux_losses = self.aux_losses(layers, T, routing)
-        weight = self.loss_weights()
-        loss = lm + sum(weight[name] * value for name, value in aux_losses.items())
+        # each auxiliary loss weighted by the config's coefficient of the same name (the LM loss: 1)
+        loss = lm + sum(getattr(self.config, name) * value for name, value in aux_losses.items())
         if return_aux:
             losses = {name: v.detach() for name, v in dict(lm=lm, **aux_losses).items()}
             return logits, loss, {'losses': losses, 'layers': layers}
         return logits, loss
 
-    def loss_weights(self):
-        """Each auxiliary loss's coefficient in the training loss (the LM loss has weight 1)."""
-        c = self.config
-        return {'router_bce': c.router_aux, 'depth_balance': c.balance, 'router_zloss': c.router_zloss,
-                'moe_balance': c.moe_aux, 'moe_zloss': c.moe_zloss}
-
     def aux_losses(self, layers, T, routing):
         """The auxiliary losses, unweighted, from what the layers reported (`layers`: one aux per
-        layer). Routed layers give theirs in top-k mode only: in causal mode there is no top-k
-        choice to learn from."""
+        layer), each named as its coefficient in GPTConfig (and its column in log.csv). Routed
+        layers give theirs in top-k mode only: in causal mode there is no top-k choice to learn
+        from."""
         # random routing has nothing to learn
         learned = routing == 'topk' and self.config.router == 'learned'
         kinds = [layer.kind for layer in self.transformer.h]
@@ -837,7 +832,7 @@ class GPT(nn.Module):
             # the BCE's logits: centred on each sequence's cut (X-MoD, our reading: the scores'
             # level is free), or the raw scores (MoD's paper, Raposo et al. 2024: holds the level
             # near 0, and so the plain gate r)
-            logits = centred if self.config.router_bce == 'centred' else torch.stack([a.scores for a in routed])
+            logits = centred if self.config.bce_logits == 'centred' else torch.stack([a.scores for a in routed])
             losses['router_bce'] = F.binary_cross_entropy_with_logits(
                 logits, torch.stack([a.mask for a in routed]).float())
             # c * R, with c as realised at T
@@ -1075,7 +1070,8 @@ def match_flops(dense, model, stride=None, n_layer=None, capacity=None, tol=0.02
     T = dense.block_size
     target = flops_per_token(dense)
     capacity = capacity if capacity is not None else dense.capacity
-    base = replace(dense, model=model, stride=stride if stride is not None else dense.stride, gate=None, balance=None)
+    base = replace(dense, model=model, stride=stride if stride is not None else dense.stride, gate=None,
+                   depth_balance=None)
     depths = [n_layer] if n_layer is not None else range(1, (max_layers or 8 * dense.n_layer) + 1)
     cands = []
     for L in depths:

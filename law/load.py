@@ -21,12 +21,13 @@ import numpy as np
 
 import xmod
 from configurator import UserError
-from run_folder import LOG_COLUMNS
+from run_folder import LOG_COLUMNS, new_key, old_key_names, upgrade_keys
 
 METRICS = ('val_loss_causal', 'val_loss')
 REQUIRED_TOP = ('config', 'params_total', 'params_active', 'flops_per_token', 'tokens_per_iter', 'seed', 'finished')
 # what fit_law.py reads of the model; GPTConfig has a default for each, and a silent default would be a wrong run
-REQUIRED_MODEL = ('model', 'n_layer', 'n_head', 'n_embd', 'block_size', 'stride', 'capacity', 'gate', 'balance')
+REQUIRED_MODEL = ('model', 'n_layer', 'n_head', 'n_embd', 'block_size', 'stride', 'capacity', 'gate',
+                  'depth_balance')
 USED_COLUMNS = ('step', 'tokens', 'flops', 'val_loss', 'val_loss_causal')  # these must be finite in every row
 # config keys that cannot change a run's result: two runs differing only in these are the same experiment
 IGNORE_KEYS = ('out_dir', 'init_from', 'log_interval', 'compile', 'device', 'overwrite', 'stop_iter', 'dtype',
@@ -112,16 +113,18 @@ def positive_number(meta, key, path):
 
 # what a run written before a switch existed ran with, where the switch's default is not that: MoD's router BCE was
 # centred on the cut until MoD as published (raw) became its family default
-BEFORE_SWITCH = dict(router='learned', router_bce='centred', resid_init='layers')
+BEFORE_SWITCH = dict(router='learned', bce_logits='centred', resid_init='layers')
 
 
 def model_of(meta, path):
     """The run's model as xmod.GPTConfig builds it from run.json's "model_config" (or "config" in older runs), given
-    only GPTConfig's fields, so that a field added to or dropped from GPTConfig does not break old runs."""
+    only GPTConfig's fields, so that a field added to or dropped from GPTConfig does not break old runs; keys an
+    older run wrote by their old names (run_folder.RENAMED) are read by today's."""
     src = 'model_config' if 'model_config' in meta else 'config'
     given = meta[src]
     if not isinstance(given, dict):
         raise UserError(f'{path}: "{src}" is not an object')
+    given = upgrade_keys(given)
     for k in REQUIRED_MODEL:
         if k not in given:
             raise UserError(f'{path}: {src} is missing key "{k}"')
@@ -135,8 +138,8 @@ def model_of(meta, path):
         raise UserError(f'{path}: {src}: {e}')
 
 
-XMOD_BALANCE = xmod.GPTConfig(model='xmod').balance               # X-MoD's own depth-balance coefficient
-ROUTER_KNOBS = ('router_aux', 'router_momentum', 'router_zloss')   # a run with one off its default is a fix, not X-MoD
+XMOD_BALANCE = xmod.GPTConfig(model='xmod').depth_balance         # X-MoD's own depth-balance coefficient
+ROUTER_KNOBS = ('router_bce', 'router_momentum', 'router_zloss')   # a run with one off its default is a fix, not X-MoD
 
 
 def variant(mc):
@@ -151,11 +154,12 @@ def variant(mc):
         return 'moe' + ('' if cf == family.expert_capacity_factor else f'-cf{cf:g}')
     if mc.model == 'dense':
         return 'dense'
-    bce = '' if mc.router_bce == family.router_bce else f'-{mc.router_bce}'
+    bce = '' if mc.bce_logits == family.bce_logits else f'-{mc.bce_logits}'
     extra = ('-random' if mc.router == 'random' else '') + bce + ('-active' if mc.resid_init == 'active' else '')
     if mc.model == 'mod':
         return 'mod' + extra
-    balance = '' if mc.balance == XMOD_BALANCE else '-nobal' if mc.balance == 0 else f'-bal{mc.balance:g}'
+    balance = '' if mc.depth_balance == XMOD_BALANCE else '-nobal' if mc.depth_balance == 0 else \
+        f'-bal{mc.depth_balance:g}'
     name = 'xmod' + ('' if mc.gate == 'variance' else '-plain') + balance + extra
     for field, short in zip(ROUTER_KNOBS, ('bce', 'mom', 'z')):
         if getattr(mc, field) != getattr(xmod.GPTConfig, field):
@@ -164,9 +168,13 @@ def variant(mc):
 
 
 def config_key(cfg, with_seed=True):
-    """A config as a string, equal for equal experiments: IGNORE_KEYS and wandb keys out, keys
-    sorted; with_seed=False gives the configuration's key, the same for all its seeds."""
-    c = {k: v for k, v in cfg.items() if k not in IGNORE_KEYS and not k.startswith('wandb')}
+    """A run's configuration as one string, equal for equal experiments (IGNORE_KEYS and wandb keys
+    out, keys sorted): runs group by it, and it gives them their canonical order (load_runs), the
+    order the bootstrap draws from. with_seed=False gives the configuration's key, the same for all
+    its seeds. Its keys are spelled as before the loss coefficients took their losses' names
+    (run_folder.old_key_names), so that the string sorts as it did and a sweep refits to the same
+    fit.json."""
+    c = {k: v for k, v in old_key_names(cfg).items() if k not in IGNORE_KEYS and not k.startswith('wandb')}
     if not with_seed:
         c.pop('seed', None)
     return json.dumps(c, sort_keys=True, default=str)
@@ -203,9 +211,10 @@ def load_run(d):
     if not isinstance(meta['config'], dict):
         raise UserError(f'{jpath}: "config" is not an object')
     mc = model_of(meta, jpath)
-    # the config as --holdout, grouping and the duplicate check see it: gate, balance and the router knobs as the
-    # model resolved them, so a run from before a knob existed groups with a later one that left it at its default
-    cfg = dict(meta['config'], gate=mc.gate, balance=mc.balance,
+    # the config as --holdout, grouping and the duplicate check see it (by today's key names): gate, depth_balance
+    # and the router knobs as the model resolved them, so a run from before a knob existed groups with a later one
+    # that left it at its default
+    cfg = dict(upgrade_keys(meta['config']), gate=mc.gate, depth_balance=mc.depth_balance,
                **{k: getattr(mc, k) for k in ROUTER_KNOBS + tuple(BEFORE_SWITCH)})
     if isinstance(meta['seed'], bool) or not isinstance(meta['seed'], int):
         raise UserError(f'{jpath}: seed must be an integer, got {meta["seed"]!r}')
@@ -329,6 +338,7 @@ def parse_filter(text, keys, max_tokens_all):
             raise UserError(f'--holdout {text!r}: syntax error in {part.strip()!r}: expected KEY OP VALUE (OP one of '
                             f'{" ".join(OPS)}), conditions joined by "and" or ","')
         key, op, value = m[1], m[2].strip(), m[3]
+        key = new_key(key, value)       # an old key name (run_folder.RENAMED) means today's
         if op not in OPS:
             raise UserError(f'--holdout {text!r}: bad operator {op!r} (use one of {" ".join(OPS)})')
         if key not in keys:

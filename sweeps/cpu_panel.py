@@ -3,7 +3,7 @@ results/cpu_lr (width 128, T=128, 2M tokens, cosine, the cpu_small recipe). That
 4, c 0.125; 5 seeds each) are the panel's reference; it adds seven arms:
 
   mod          MoD as published (Raposo et al. 2024): alternating layers, plain gate (the raw score), the router's
-               BCE on raw scores (router_bce='raw', the mod default), no depth balancing; 6 layers FLOP-matched to
+               BCE on raw scores (bce_logits='raw', the mod default), no depth balancing; 6 layers FLOP-matched to
                the 4-layer dense model (c 0.367)
   xmod_s2      MoD's layout (DrDrDr, 6 layers, the same c) with X-MoD's gate, BCE and balancing: --stride=2
   moe_cf1      the MoE FLOP-matched: capacity factor 1.0 gives each token two expert slots of hidden 2C, one dense
@@ -47,7 +47,7 @@ ARMS = {                                    # the most telling first: a partial 
     'moe_cf1': lambda **kw: run('moe_L4_2M_cf1', model='moe', n_layer=4, expert_capacity_factor=1.0, **kw),
     'xmod_s2': lambda **kw: xmod(2, 6, 4, **kw),
     'plaingate': lambda **kw: xmod(4, 12, 4, gate='plain', tag='_plaingate', **kw),
-    'nobalance': lambda **kw: xmod(4, 12, 4, balance=0.0, tag='_nobalance', **kw),
+    'nobalance': lambda **kw: xmod(4, 12, 4, depth_balance=0.0, tag='_nobalance', **kw),
     'resid_active': lambda **kw: xmod(4, 12, 4, resid_init='active', tag='_residactive', **kw),
 }
 

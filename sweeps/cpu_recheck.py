@@ -14,8 +14,8 @@ by 0.025 to 0.052; at the reference point (T=128, 2M tokens) tuning turned a lea
    with results/cpu_lr's dense runs of those seeds. In 10 of the 12 trained X-MoD models of results/cpu_lr/overlap
    some pair of routed layers takes nearly the same tokens (causal Jaccard 0.6-1.0, where independent choices give
    0.07). The balance loss is the variance of each token's routed depth, which is the sum of every
-   pair's co-selection: a larger coefficient is the principled push against a collapsed pair (--balance, a switch
-   that exists).
+   pair's co-selection: a larger coefficient is the principled push against a collapsed pair (--depth_balance, a
+   switch that exists).
 The arms: the 4-layer dense model against X-MoD strides 2 (c 0.531), 4 (c 0.125) and 8 (c 0.250) at 0.5M tokens,
 then the T=256 pair at 2M tokens (X-MoD stride 4, c 0.125, depth solved), then part 3. 38 runs, 2.3e14 training
 FLOPs (`python sweep.py sweeps/cpu_recheck.py --dry_run`); about 1.8 hours with its 2 jobs on 2 CPU cores, as
@@ -66,5 +66,5 @@ runs = [arm(key, lr) for key in ARMS for lr in rates(key)[0]]
 for key in ARMS:
     for lr in lr_sweep['seed_rates'](lambda lr: lr_sweep['final_val'](RUNS, arm(key, lr)['name']), GRID):
         runs += [arm(key, lr, seed=s) for s in SEEDS]
-BALANCE = {'xmod_s4_balance0.5': lambda **kw: xmod(4, 12, 4, balance=0.5, tag='_balance0.5', **kw)}
+BALANCE = {'xmod_s4_balance0.5': lambda **kw: xmod(4, 12, 4, depth_balance=0.5, tag='_balance0.5', **kw)}
 runs += [arm('xmod_s4_balance0.5', 4e-3, seed=s, arms=BALANCE) for s in (0, 1, 2)]

@@ -10,7 +10,7 @@ unless said). 4.4e14 training FLOPs (sweep.py --dry_run), 4.4 job-hours measured
    6-7 at T=256.
 2. Fixes, paired by seed with the reference X-MoD (seeds 0-2 at 2M tokens, seed 0 at 4M), each one knob away from it
    (docs/results.md, "Why the gain fades"): the causal threshold as each step's own quantile (router_momentum=0), a 10x
-   heavier router BCE (router_aux=1.0), a penalty on the routers' squared scores (router_zloss=0.01).
+   heavier router BCE (router_bce=1.0), a penalty on the routers' squared scores (router_zloss=0.01).
 """
 import os
 import runpy
@@ -30,7 +30,7 @@ def pair(seed, **kw):
     return [dense(4, seed=seed, **kw), xmod(4, 12, 4, seed=seed, **kw)]
 
 
-FIXES = [dict(router_momentum=0.0, tag='_mom0'), dict(router_aux=1.0, tag='_bce1'),
+FIXES = [dict(router_momentum=0.0, tag='_mom0'), dict(router_bce=1.0, tag='_bce1'),
          dict(router_zloss=0.01, tag='_z0.01')]
 
 runs = [

@@ -52,7 +52,7 @@ def plan(tokens_per_iter, width, tokens, block_size, contexts, widths, budgets, 
         *[dense(4, seed=s) for s in (1, 2)], *[xmod(4, 12, 4, seed=s) for s in (1, 2)],
         # ablations of X-MoD's two training devices, on the reference point
         xmod(4, 12, 4, gate='plain', tag='_plaingate'),
-        xmod(4, 12, 4, balance=0.0, tag='_nobalance'),
+        xmod(4, 12, 4, depth_balance=0.0, tag='_nobalance'),
         # MoD (alternating, plain gate, no balancing) at the capacity FLOP matching allows against 4 dense layers
         run(f'mod_L6_D4_{t}', model='mod', n_layer=6, dense_layers=4),       # c ~0.37
         # MoE at matched active parameters (8 experts, top-2, hidden 2*n_embd)

@@ -29,7 +29,7 @@ def dense_loss(N, D, p=TRUE_DENSE):
 
 def make_run(root, name, model='dense', n_layer=4, stride=1, capacity=1.0, block_size=128, seed=0, tokens=2 ** 20,
              params_total=None, params_active=None, flops_per_token=None, loss=3.0, loss_topk=None, finished=True,
-             gate='variance', balance=None, n_evals=5, **config_extra):
+             gate='variance', depth_balance=None, n_evals=5, **config_extra):
     """Write RUN_DIR/run.json and RUN_DIR/log.csv per the contract; return the directory."""
     d = os.path.join(str(root), name)
     os.makedirs(d, exist_ok=True)
@@ -39,9 +39,9 @@ def make_run(root, name, model='dense', n_layer=4, stride=1, capacity=1.0, block
     flops_per_token = flops_per_token or 2.0 * params_active + 4 * block_size * N_EMBD * n_layer
     tokens_per_iter = 8 * block_size
     config = dict(model=model, n_layer=n_layer, n_head=4, n_embd=N_EMBD, block_size=block_size, batch_size=8,
-                  gradient_accumulation_steps=1, stride=stride, capacity=capacity, gate=gate, balance=balance,
-                  router_aux=0.1, n_expert=8, expert_top_k=2, seed=seed, max_iters=0, max_tokens=tokens,
-                  max_flops=0.0, learning_rate=1e-3, dataset='synthetic', out_dir=d)
+                  gradient_accumulation_steps=1, stride=stride, capacity=capacity, gate=gate,
+                  depth_balance=depth_balance, router_bce=0.1, n_expert=8, expert_top_k=2, seed=seed, max_iters=0,
+                  max_tokens=tokens, max_flops=0.0, learning_rate=1e-3, dataset='synthetic', out_dir=d)
     config.update(config_extra)
     rows = []
     for i in range(1, n_evals + 1):
@@ -120,7 +120,7 @@ def make_sweep(root, contexts=(128, 256, 512), strides=(2, 4, 8), capacities=(0.
                 sparse('xmodplain_s4', 'xmod', T, sd, L_tot, L_act, d0 + 0.01, stride=4, capacity=0.125,
                        gate='plain')
                 sparse('xmodnobal_s4', 'xmod', T, sd, L_tot, L_act, d0 + 0.005, stride=4, capacity=0.125,
-                       balance=0.0)
+                       depth_balance=0.0)
                 L_tot, L_act = xmod_shape(2, 0.125)
                 sparse('mod', 'mod', T, sd, L_tot, L_act, -0.005, stride=2, capacity=0.125)
                 sparse('moe', 'moe', T, sd, 4, 4 / 3, -0.015)

@@ -14,6 +14,7 @@ import lr_sweep
 from law import report
 from law.load import load_runs, mark_heldout, pair_runs
 from law_runs import cli, make_run, make_sweep, run_main, tiny_sweep
+from run_folder import old_key_names
 
 # -----------------------------------------------------------------------------
 # pairing and held-out selection
@@ -237,11 +238,11 @@ def test_nothing_found_exits_2(tmp_path, capsys):
 # a run's model and variant, read through xmod.py
 
 def test_null_gate_and_balance_mean_the_family_default(tmp_path, capsys):
-    """train.py may write its raw config, where gate/balance None mean the family default (xmod.py)."""
+    """train.py may write its raw config, where gate/depth_balance None mean the family default (xmod.py)."""
     root = tiny_sweep(tmp_path / 'runs')
     path = os.path.join(root, 'xmod_s4_c0.125_T128_s0', 'run.json')
     meta = json.load(open(path))
-    meta['config'].update(gate=None, balance=None)
+    meta['config'].update(gate=None, depth_balance=None)
     json.dump(meta, open(path, 'w'))
     code, err = run_main(capsys, root, '--out', str(tmp_path / 'out'), '--bootstrap', '0', '--holdout',
                          "gate == 'plain' and model == 'xmod'")
@@ -253,18 +254,19 @@ def test_null_gate_and_balance_mean_the_family_default(tmp_path, capsys):
 def test_model_is_read_through_xmod(tmp_path):
     """run.json's model_config, as xmod.GPTConfig resolves it, wins over config; GPTConfig gives the layout (MoD
     alternates whatever its stride says) and passes over keys it does not know."""
-    make_run(tmp_path, 'mod', model='mod', n_layer=6, stride=4, capacity=0.25, gate=None, balance=None)
+    make_run(tmp_path, 'mod', model='mod', n_layer=6, stride=4, capacity=0.25, gate=None, depth_balance=None)
     path = os.path.join(make_run(tmp_path, 'x', model='xmod', n_layer=12, stride=4, capacity=0.125), 'run.json')
     meta = json.load(open(path))
-    meta['model_config'] = dict(meta['config'], gate='plain', balance=0.0, a_future_field=1)
+    meta['model_config'] = dict(meta['config'], gate='plain', depth_balance=0.0, a_future_field=1)
     json.dump(meta, open(path, 'w'))
     runs = {r['name']: r for r in load_runs([str(tmp_path)])}
-    # a run.json from before router_bce existed trained MoD's router on centred logits: not MoD as published
+    # a run.json from before bce_logits (first router_bce) existed trained MoD's router on centred logits: not MoD as
+    # published
     assert runs['mod']['stride'] == 2 and runs['mod']['variant'] == 'mod-centred'
-    assert runs['mod']['config']['gate'] == 'plain' and runs['mod']['config']['router_bce'] == 'centred'
+    assert runs['mod']['config']['gate'] == 'plain' and runs['mod']['config']['bce_logits'] == 'centred'
     assert runs['x']['stride'] == 4 and runs['x']['variant'] == 'xmod-plain-nobal'
     assert runs['x']['config']['gate'] == 'plain'  # what --holdout sees
-    make_run(tmp_path, 'b', model='xmod', n_layer=12, stride=4, capacity=0.125, balance=0.5)
+    make_run(tmp_path, 'b', model='xmod', n_layer=12, stride=4, capacity=0.125, depth_balance=0.5)
     assert {r['name']: r['variant'] for r in load_runs([str(tmp_path)])}['b'] == 'xmod-bal0.5'   # not X-MoD itself
 
 
@@ -272,11 +274,11 @@ def test_the_panel_switches_name_their_variants(tmp_path):
     """MoD as published is 'mod'; random routing, the other router BCE, the active-depth init and the MoE's capacity
     factor are each their own variant, so no law or table mixes them with the family's default recipe."""
     x = dict(model='xmod', n_layer=12, stride=4, capacity=0.125)
-    make_run(tmp_path, 'mod', model='mod', n_layer=6, stride=2, capacity=0.25, gate=None, router_bce='raw')
-    make_run(tmp_path, 'random', router='random', router_bce='centred', **x)
-    make_run(tmp_path, 'raw', router_bce='raw', **x)
-    make_run(tmp_path, 'active', resid_init='active', router_bce='centred', **x)
-    make_run(tmp_path, 'full', router='learned', router_bce='centred', resid_init='layers', **x)
+    make_run(tmp_path, 'mod', model='mod', n_layer=6, stride=2, capacity=0.25, gate=None, bce_logits='raw')
+    make_run(tmp_path, 'random', router='random', bce_logits='centred', **x)
+    make_run(tmp_path, 'raw', bce_logits='raw', **x)
+    make_run(tmp_path, 'active', resid_init='active', bce_logits='centred', **x)
+    make_run(tmp_path, 'full', router='learned', bce_logits='centred', resid_init='layers', **x)
     make_run(tmp_path, 'moe1', model='moe', expert_capacity_factor=1.0)
     make_run(tmp_path, 'moe', model='moe', expert_capacity_factor=1.25, seed=1)
     variants = {r['name']: r['variant'] for r in load_runs([str(tmp_path)])}
@@ -287,11 +289,47 @@ def test_the_panel_switches_name_their_variants(tmp_path):
 def test_router_knob_ablations_are_named_and_kept_out_of_the_law(tmp_path):
     """A run with a router knob away from its default is its own variant (never fitted as full X-MoD)."""
     make_run(tmp_path, 'ref', model='xmod', n_layer=12, stride=4, capacity=0.125)
-    for name, knob in (('mom', dict(router_momentum=0.0)), ('bce', dict(router_aux=1.0)),
+    for name, knob in (('mom', dict(router_momentum=0.0)), ('bce', dict(router_bce=1.0)),
                        ('z', dict(router_zloss=0.01))):
         make_run(tmp_path, name, model='xmod', n_layer=12, stride=4, capacity=0.125, **knob)
     runs = {r['name']: r['variant'] for r in load_runs([str(tmp_path)])}
     assert runs == {'ref': 'xmod', 'mom': 'xmod-mom0', 'bce': 'xmod-bce1', 'z': 'xmod-z0.01'}
+
+
+def test_runs_written_with_the_old_key_names_load_as_the_same_runs(tmp_path, capsys):
+    """run.json from before the loss coefficients took their losses' names (router_aux, balance, moe_aux; router_bce
+    the router BCE's logits mode), in config and model_config: each run gets the variant name, the config (what
+    --holdout, grouping and the duplicate check see) and the model that it gets written with today's names, and a
+    --holdout by an old key name selects what it did."""
+    x = dict(model='xmod', n_layer=12, stride=4, capacity=0.125)
+    arms = {'full': x, 'nobal': dict(x, depth_balance=0.0), 'bce': dict(x, router_bce=0.3),
+            'raw': dict(x, bce_logits='raw'), 'modc': dict(model='mod', n_layer=6, stride=2, capacity=0.25,
+                                                          bce_logits='centred'),
+            'moe': dict(model='moe', moe_balance=0.02)}
+    for name, kw in arms.items():
+        make_run(tmp_path / 'new', name, **kw)
+        path = os.path.join(make_run(tmp_path / 'old', name, **kw), 'run.json')
+        meta = json.load(open(path))
+        meta['config'] = old_key_names(meta['config'])
+        if name in ('bce', 'raw', 'moe'):
+            meta['model_config'] = dict(meta['config'])
+        json.dump(meta, open(path, 'w'))
+    assert 'router_aux' in meta['config'] and 'moe_aux' in meta['model_config']
+    new, old = ({r['name']: r for r in load_runs([str(tmp_path / d)])} for d in ('new', 'old'))
+    assert {k: r['variant'] for k, r in old.items()} == {
+        'full': 'xmod', 'nobal': 'xmod-nobal', 'bce': 'xmod-bce0.3', 'raw': 'xmod-raw', 'modc': 'mod-centred',
+        'moe': 'moe'}
+    for name in arms:
+        assert old[name]['variant'] == new[name]['variant'], name
+        assert {k: v for k, v in old[name]['config'].items() if k != 'out_dir'} == {
+            k: v for k, v in new[name]['config'].items() if k != 'out_dir'}, name
+    assert len(load_runs([str(tmp_path / 'old'), str(tmp_path / 'new')])) == len(arms)    # each the same run, read once
+    assert 'read once' in capsys.readouterr().err
+    runs = list(old.values())
+    for holdout, held in (("balance==0 and model=='xmod'", 'nobal'), ('router_aux==0.3', 'bce'),
+                          ("router_bce=='raw'", 'raw'), ('moe_aux==0.02', 'moe')):
+        mark_heldout([holdout], runs)
+        assert [r['name'] for r in runs if r['heldout']] == [held], holdout
 
 
 def test_a_run_from_before_a_knob_existed_groups_with_one_at_its_default(tmp_path):

@@ -45,7 +45,7 @@ def test_fixes_are_paired_by_seed_with_full_xmod(tmp_path):
         make_run(tmp_path, f'ref{seed}', model='xmod', n_layer=12, stride=4, capacity=0.125, seed=seed, loss=ref)
         make_run(tmp_path, f'mom{seed}', model='xmod', n_layer=12, stride=4, capacity=0.125, seed=seed, loss=fix,
                  router_momentum=0.0)
-    make_run(tmp_path, 'lonely', model='xmod', n_layer=12, stride=4, capacity=0.125, seed=7, loss=1.0, router_aux=1.0)
+    make_run(tmp_path, 'lonely', model='xmod', n_layer=12, stride=4, capacity=0.125, seed=7, loss=1.0, router_bce=1.0)
     table = report.paired_fixes(load_runs([str(tmp_path)]))
     assert len(table) == 1
     (e,) = table.values()

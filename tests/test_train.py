@@ -114,7 +114,7 @@ def test_end_to_end(runs, model):
         dense = xmod.flops_per_token(xmod.GPTConfig(**read_json(runs['dense'])['model_config']))
         assert info['flops_per_token'] == pytest.approx(dense, rel=0.02)
     if model == 'xmod':
-        assert info['layout'] == 'DrrrDrrrDrrr' and cfg['gate'] == 'variance' and cfg['balance'] > 0
+        assert info['layout'] == 'DrrrDrrrDrrr' and cfg['gate'] == 'variance' and cfg['depth_balance'] > 0
     ckpt = run_folder.load_checkpoint(os.path.join(out, 'ckpt.pt'))
     assert ckpt['step'] == 10 and ckpt['model_args'] == mcfg
     assert not any(k.startswith(('_orig_mod.', 'module.')) for k in ckpt['model'])
@@ -846,25 +846,29 @@ def test_the_model_keys_are_gptconfig_fields():
     """Every GPTConfig field but vocab_size is a train.py key with its default (train.py sets model, n_layer and
     block_size itself); sweep.py reads the same keys from train.py's text, without importing it. None (the
     family's default) is typed by the field's annotation, and a checkpoint's config of before (gate '',
-    balance -1.0, router_bce '', expert_hidden 0) resumes as None."""
+    balance -1.0, router_bce '', expert_hidden 0; balance and router_bce by their old names) resumes as None."""
     import dataclasses
     own = {'model', 'n_layer', 'block_size'}
     for f in dataclasses.fields(xmod.GPTConfig):
         if f.name != 'vocab_size':
             assert f.name in train.DEFAULTS and (f.name in own or train.DEFAULTS[f.name] == f.default), f.name
     assert run_folder.train_defaults() == train.DEFAULTS and list(run_folder.train_defaults()) == list(train.DEFAULTS)
-    cfg, _ = run_folder.train_config(['--balance=1', '--gate=variance', '--expert_hidden=64', '--router_bce=None'])
-    assert (cfg.balance, type(cfg.balance), cfg.gate, cfg.expert_hidden, cfg.router_bce) == (1.0, float, 'variance',
-                                                                                           64, None)
+    cfg, _ = run_folder.train_config(['--depth_balance=1', '--gate=variance', '--expert_hidden=64',
+                                      '--bce_logits=None'])
+    assert (cfg.depth_balance, type(cfg.depth_balance), cfg.gate, cfg.expert_hidden, cfg.bce_logits) == (
+        1.0, float, 'variance', 64, None)
     with pytest.raises(configurator.UserError, match='expected float'):
-        run_folder.train_config(['--balance=high'])
-    old = dict(train.DEFAULTS, gate='', balance=-1.0, router_bce='', expert_hidden=0)
+        run_folder.train_config(['--depth_balance=high'])
+    old = {k: v for k, v in train.DEFAULTS.items() if k != 'router_bce'}
+    old.update(gate='', balance=-1.0, router_bce='', expert_hidden=0)
     cfg, explicit = run_folder.train_config([])
     resumed = run_folder.resume_config(old, cfg, explicit, train.DEFAULTS)
-    assert (resumed.gate, resumed.balance, resumed.router_bce, resumed.expert_hidden) == (None, None, None, None)
-    cfg, explicit = run_folder.train_config(['--balance=-1', '--expert_hidden=0', '--gate=', '--out_dir=/nonexistent'])
+    assert (resumed.gate, resumed.depth_balance, resumed.bce_logits, resumed.expert_hidden, resumed.router_bce) == (
+        None, None, None, None, 0.1)
+    cfg, explicit = run_folder.train_config(['--depth_balance=-1', '--expert_hidden=0', '--gate=',
+                                             '--out_dir=/nonexistent'])
     start = run_folder.open_run(cfg, explicit, train.DEFAULTS, 1)            # the values of before, still typed
-    assert (start.cfg.balance, start.cfg.expert_hidden, start.cfg.gate) == (None, None, None)
+    assert (start.cfg.depth_balance, start.cfg.expert_hidden, start.cfg.gate) == (None, None, None)
     r = run(SAMPLE, '--help')
     assert r.returncode == 0 and 'EXIT' not in r.stdout and '--temperature=0.8' in r.stdout
     for script in ('bench.py', 'sweep.py'):
@@ -874,6 +878,58 @@ def test_the_model_keys_are_gptconfig_fields():
     assert_bad_input(r.returncode, r.stderr, '--steps=abc', 'int')
     r = run(os.path.join(ROOT, 'sweep.py'), 'no_such_sweep.py')
     assert_bad_input(r.returncode, r.stderr, 'sweep file')
+
+
+def test_old_key_names_still_set_the_new_keys(corpus, tmp_path):
+    """The loss coefficients took their losses' names (router_aux -> router_bce, balance -> depth_balance, moe_aux ->
+    moe_balance) and the router BCE's logits mode, router_bce before, is bce_logits: the old spellings on the command
+    line or in a config file still set the new keys (run_folder.RENAMED), router_bce by its value (a number is the
+    coefficient, anything else the old mode), and train.py builds the same model from either."""
+    cfg, explicit = run_folder.train_config(['--router_aux=0.3', '--balance=0.5', '--moe_aux=0.02', '--router_bce=raw'])
+    assert (cfg.router_bce, cfg.depth_balance, cfg.moe_balance, cfg.bce_logits) == (0.3, 0.5, 0.02, 'raw')
+    assert explicit == {'router_bce', 'depth_balance', 'moe_balance', 'bce_logits'}
+    assert not {'router_aux', 'balance', 'moe_aux'} & set(vars(cfg))
+    cfg, _ = run_folder.train_config(['--router_bce=centred', '--router_bce=0.2', '--router_bce=None'])
+    assert (cfg.bce_logits, cfg.router_bce) == (None, 0.2)                # None, as '' once: the family's default
+    old = tmp_path / 'old_config.py'
+    old.write_text("router_aux = 1.0\nbalance = 0.0\nmoe_aux = 0.05\nrouter_bce = 'raw'\n")
+    cfg, explicit = run_folder.train_config([str(old)])
+    assert (cfg.router_bce, cfg.depth_balance, cfg.moe_balance, cfg.bce_logits) == (1.0, 0.0, 0.05, 'raw')
+    common = [f'--data_dir={corpus}', f'--out_dir={tmp_path / "out"}', '--model=xmod']
+    by_old = train.setup_run(common + ['--router_aux=0.3', '--balance=0.5', '--router_bce=raw', '--moe_aux=0.02'])
+    by_new = train.setup_run(common + ['--router_bce=0.3', '--depth_balance=0.5', '--bce_logits=raw',
+                                       '--moe_balance=0.02'])
+    assert by_old.mcfg == by_new.mcfg
+    assert (by_old.mcfg.router_bce, by_old.mcfg.depth_balance, by_old.mcfg.bce_logits) == (0.3, 0.5, 'raw')
+
+
+def test_a_run_written_with_the_old_key_names_loads_and_resumes_as_the_same_run(runs, tmp_path):
+    """A checkpoint (config, model_args) and run.json (config, model_config) written before the rename: the scripts
+    that load a trained model (sample.py, downstream.py: load_model; routing_plot.py: load_checkpoint) build the same
+    model, and --init_from=resume goes on exactly as the same run written with today's names."""
+    import shutil
+    new, old = str(tmp_path / 'new'), str(tmp_path / 'old')
+    shutil.copytree(runs['xmod'], new)
+    shutil.copytree(runs['xmod'], old)
+    path = os.path.join(old, 'ckpt.pt')
+    ckpt = torch.load(path, weights_only=True)
+    for k in ('config', 'model_args'):
+        ckpt[k] = run_folder.old_key_names(ckpt[k])
+    assert ckpt['model_args']['router_bce'] == 'centred' and ckpt['model_args']['balance'] == 0.1
+    torch.save(ckpt, path)
+    info = read_json(old)
+    for k in ('config', 'model_config'):
+        info[k] = run_folder.old_key_names(info[k])
+    with open(os.path.join(old, 'run.json'), 'w') as f:
+        json.dump(info, f)
+    assert run_folder.load_model(old, 'cpu')[0].config == run_folder.load_model(new, 'cpu')[0].config
+    assert run_folder.load_checkpoint(path)['model_args'] == read_json(new)['model_config']
+    for out in (new, old):
+        r = run(TRAIN, f'--out_dir={out}', '--init_from=resume', '--max_iters=14', '--eval_interval=2')
+        assert r.returncode == 0, r.stderr
+    timeless = lambda rows: [{k: v for k, v in x.items() if k not in ('elapsed_s', 'tokens_per_s')} for x in rows]
+    assert timeless(read_log(old)) == timeless(read_log(new)) and len(read_log(old)) > len(read_log(runs['xmod']))
+    assert read_json(old)['model_config'] == read_json(new)['model_config']
 
 
 def test_redirected_output_arrives_line_by_line(corpus, tmp_path):

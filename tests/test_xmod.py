@@ -93,7 +93,7 @@ def test_layer_layout():
     assert layer_kinds(tiny('xmod', n_layer=4, stride=1)) == ['dense'] * 4             # stride 1 is dense
     assert layer_kinds(tiny('moe')) == ['moe'] * 4
     assert tiny('xmod').gate == 'variance' and tiny('mod').gate == 'plain'
-    assert tiny('xmod').balance > 0 and tiny('mod').balance == 0
+    assert tiny('xmod').depth_balance > 0 and tiny('mod').depth_balance == 0
 
 
 def test_same_state_dict_across_impls():
@@ -283,7 +283,7 @@ def test_full_capacity_with_unit_gate_is_a_dense_block(impl):
 @pytest.mark.parametrize('gate', ['variance', 'plain'])
 def test_gradients_reach_the_router_through_the_gate(gate):
     torch.manual_seed(0)
-    m = GPT(tiny('xmod', gate=gate, router_aux=0.0, balance=0.0))   # only the gated update carries gradient
+    m = GPT(tiny('xmod', gate=gate, router_bce=0.0, depth_balance=0.0))   # only the gated update carries gradient
     _, loss = m(*batch(2, 32))
     loss.backward()
     for layer in routed_layers(m):
@@ -391,7 +391,7 @@ def test_param_accounting():
 
 def train_xmod(balance, seed, steps=40):
     torch.manual_seed(seed)
-    cfg = tiny('xmod', n_layer=8, stride=4, capacity=0.25, balance=balance)
+    cfg = tiny('xmod', n_layer=8, stride=4, capacity=0.25, depth_balance=balance)
     m = GPT(cfg)
     opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
     g = torch.Generator().manual_seed(seed)
@@ -467,7 +467,8 @@ def test_moe_balance_loss_is_one_when_uniform_and_drops_are_counted(impl):
     (dict(impl='slow'), 'impl'),
     (dict(gate='sigmoid'), 'gate'),
     (dict(router='hash'), 'router'),
-    (dict(router_bce='sigmoid'), 'router_bce'),
+    (dict(bce_logits='sigmoid'), 'bce_logits'),
+    (dict(router_bce=-0.1), 'router_bce'),
     (dict(resid_init='depth'), 'resid_init'),
     (dict(capacity=0.01, block_size=32), 'capacity'),    # int(0.01*32 + 0.5) = 0: no token would be routed
 ])
@@ -576,7 +577,7 @@ def test_router_zloss_is_the_mean_squared_score_and_off_by_default():
     scores = [a.scores for a in aux['layers'] if isinstance(a, RoutedAux)]
     expect = torch.stack([s.square().mean() for s in scores]).mean()
     assert torch.allclose(aux['losses']['router_zloss'], expect)
-    others = sum(model.loss_weights()[k] * v for k, v in aux['losses'].items() if k not in ('lm', 'router_zloss'))
+    others = sum(getattr(model.config, k) * v for k, v in aux['losses'].items() if k not in ('lm', 'router_zloss'))
     assert torch.allclose(loss, aux['losses']['lm'] + others + 0.5 * expect, atol=1e-6)
     model.zero_grad()
     (0.5 * expect).backward()
@@ -609,6 +610,20 @@ def test_causal_routing_warns_once_when_the_thresholds_were_never_calibrated():
     assert caught == []
 
 
+@pytest.mark.parametrize('model', ['xmod', 'mod', 'moe'])
+def test_each_aux_loss_is_weighted_by_the_coefficient_of_its_name(model):
+    """The training loss is the LM loss plus each auxiliary loss (log.csv's column) times GPTConfig's coefficient of
+    the same name: router_bce, depth_balance and router_zloss for routed layers, moe_balance and moe_zloss for MoE."""
+    kw = (dict(moe_balance=0.02, moe_zloss=0.003) if model == 'moe' else
+          dict(router_bce=0.3, depth_balance=0.2, router_zloss=0.05))
+    torch.manual_seed(0)
+    m = GPT(tiny(model, **kw))
+    _, loss, aux = m(*batch(2, 32), return_aux=True)
+    parts = aux['losses']
+    assert set(parts) == {'lm', *kw}
+    assert torch.allclose(loss, parts['lm'] + sum(w * parts[k] for k, w in kw.items()), atol=1e-6)
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # the switches of the baseline panel: the router BCE's logits, random routing, the residual init's depth
 
@@ -616,11 +631,11 @@ def test_causal_routing_warns_once_when_the_thresholds_were_never_calibrated():
 def test_router_bce_logits_are_raw_for_mod_and_centred_for_xmod(model, bce):
     """MoD as published trains its router with a BCE on the raw scores (its family default); X-MoD centres them on each
     sequence's cut. Both take each sequence's own top-k as targets."""
-    default = GPTConfig(model=model).router_bce
+    default = GPTConfig(model=model).bce_logits
     assert default == ('raw' if model == 'mod' else 'centred')
     torch.manual_seed(0)
-    m = GPT(tiny(model, router_bce=bce if bce != default else None, n_layer=4, capacity=0.25))
-    assert m.config.router_bce == bce
+    m = GPT(tiny(model, bce_logits=bce if bce != default else None, n_layer=4, capacity=0.25))
+    assert m.config.bce_logits == bce
     log, _, _ = record_routed_io(m)
     stats = measured(m, *batch(4, 32))[2]
     expected = []

@@ -95,7 +95,7 @@ EXERCISES = {
     'match_flops': Exercise(
         'xmod.py', 'match_flops', 'FLOP-match a mod/xmod config to a dense one',
         'For each depth, the k (of T) whose FLOPs are closest to the dense model; keep depths within tol; pick the '
-        'capacity closest to the target in ratio; ValueError when none fits. Reset gate and balance to None.'),
+        'capacity closest to the target in ratio; ValueError when none fits. Reset gate and depth_balance to None.'),
     'dense_log_pred_torch': Exercise(
         'fit_law.py', 'dense_log_pred_torch', "the dense law's log L as a log-sum-exp, in torch",
         'log L = logsumexp(a - alpha log N, b - beta log D, e): torch.logsumexp over a stacked dim, so nothing '

@@ -546,7 +546,7 @@ def grade_flops_per_token(m, ref, g):
             'moe': "an MoE layer: attention 8d^2 + 4Td, router 2dE, and E * expert_slots / N slots per token of "
                    "4 d expert_hidden (the capacity's padding included)"}
     for model, T in [('dense', 64), ('xmod', 64), ('xmod', 32), ('mod', 64), ('moe', 64)]:
-        cfg = replace(base, model=model, gate=None, balance=None)
+        cfg = replace(base, model=model, gate=None, depth_balance=None)
         with g.check(f'{model} at T={T}: within 2% of torch\'s FlopCounterMode'):
             measured, got = counted_flops(ref, cfg, T), m.flops_per_token(cfg, T, batch_size=2)
             if abs(got / measured - 1) < 0.02:
@@ -570,7 +570,7 @@ def feasible(ref, dense, model, stride, tol=0.02):
     flops = lambda cfg: ref.flops_per_token(ref.GPTConfig(**asdict(cfg)))
     target, T, out = flops(dense), dense.block_size, []
     for L in range(1, 8 * dense.n_layer + 1):
-        cfg = replace(dense, model=model, stride=stride, n_layer=L, gate=None, balance=None)
+        cfg = replace(dense, model=model, stride=stride, n_layer=L, gate=None, depth_balance=None)
         if 'routed' in ref.layer_kinds(ref.GPTConfig(**asdict(cfg))):
             k = min(range(1, T + 1), key=lambda k: abs(flops(replace(cfg, capacity=k / T)) - target))
             if abs(flops(replace(cfg, capacity=k / T)) / target - 1) <= tol:
@@ -600,10 +600,10 @@ def grade_match_flops(m, ref, g):
                     'ratio' if found and cfg.n_layer == found[0][0] else
                     'keep the capacity closest to the target in ratio, |log(c/0.125)|' if (cfg.n_layer, got_k) in found
                     else "for each depth solve the k whose FLOPs are closest to the dense model's"))
-            expect((cfg.gate, cfg.balance) == (replace(cfg, gate=None, balance=None).gate,
-                                               replace(cfg, gate=None, balance=None).balance),
-                   f"gate={cfg.gate!r}, balance={cfg.balance}: the dense config's are MoD's ('plain', 0); reset them "
-                   f"to None so that {model} gets its family defaults")
+            expect((cfg.gate, cfg.depth_balance) == (replace(cfg, gate=None, depth_balance=None).gate,
+                                                     replace(cfg, gate=None, depth_balance=None).depth_balance),
+                   f"gate={cfg.gate!r}, depth_balance={cfg.depth_balance}: the dense config's are MoD's ('plain', 0); "
+                   f"reset them to None so that {model} gets its family defaults")
     with g.check('n_layer=9 given: kept, and k = 24 of 128 solved for it'):
         cfg = m.match_flops(dense, 'xmod', stride=4, n_layer=9)
         expect((cfg.n_layer, cfg.capacity * 128) == (9, 24), f'got {cfg.n_layer} layers at k = {cfg.capacity * 128:g} '
