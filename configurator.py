@@ -281,7 +281,9 @@ def configure(argv, defaults, doc='', source=None, config_dir=os.path.join(ROOT,
                 from_file.add(k)
         else:
             key, eq, value = arg[2:].partition('=')
-            key = renamed(key, value) if renamed and eq else key
+            if renamed:              # an old spelling, whose meaning may hang on its value (--key value too)
+                given = value if eq else args[0] if args and not args[0].startswith('--') else ''
+                key = renamed(key, given)
             if key not in defaults:
                 raise unknown_key(key, defaults, 'on the command line')
             default = defaults[key]

@@ -889,6 +889,8 @@ def test_old_key_names_still_set_the_new_keys(corpus, tmp_path):
     assert (cfg.router_bce, cfg.depth_balance, cfg.moe_balance, cfg.bce_logits) == (0.3, 0.5, 0.02, 'raw')
     assert explicit == {'router_bce', 'depth_balance', 'moe_balance', 'bce_logits'}
     assert not {'router_aux', 'balance', 'moe_aux'} & set(vars(cfg))
+    spaced = run_folder.train_config(['--router_aux', '0.3', '--balance', '0.5', '--moe_aux', '0.02', '--router_bce', 'raw'])
+    assert vars(spaced[0]) == vars(cfg) and spaced[1] == explicit       # --key value: the same keys
     cfg, _ = run_folder.train_config(['--router_bce=centred', '--router_bce=0.2', '--router_bce=None'])
     assert (cfg.bce_logits, cfg.router_bce) == (None, 0.2)                # None, as '' once: the family's default
     old = tmp_path / 'old_config.py'
