@@ -2,7 +2,7 @@
 plot_run.py: one run's curves in one picture, from its run folder's log.csv and run.json.
 
     python plot_run.py out                    # out/curves.png
-    python plot_run.py out --out=run.png      # somewhere else
+    python plot_run.py out --out=run.png      # somewhere else (or --out run.png)
 
 Four panels, against tokens seen:
   1. loss: train (top-k routing, as trained), val with top-k routing and val with causal routing (the honest one);
@@ -11,13 +11,21 @@ Four panels, against tokens seen:
      a model without routed layers says so in the panel;
   4. tokens/s.
 It reads log.csv as it is, so it works on a run still training: a row being written (cut mid-line) is left out.
+RUN is one run folder (train.py --out_dir), the bare argument.
 """
 import csv
 import json
 import os
 import sys
 
+from configurator import UserError, configure, defaults_of, run_main
 from run_folder import log_rows
+
+# -----------------------------------------------------------------------------------------------------------------
+# the command line (configurator.py): RUN is the bare argument; --key=value or --key value
+out = ''                    # the PNG to write (default: RUN/curves.png)
+# -----------------------------------------------------------------------------------------------------------------
+DEFAULTS = defaults_of(globals())
 
 PANELS = ('loss', 'learning rate', 'causal selection rate per routed layer', 'tokens/s')
 
@@ -88,21 +96,25 @@ def draw(run_dir, path):
     return [ax.get_title() for ax in axes.flat]
 
 
-def main(argv=None):
-    from data.tokenizers import ArgumentParser  # its errors: one line, exit 2
-    p = ArgumentParser(prog='plot_run.py', description="One run's curves (loss, learning rate, routed layers' "
-                       "causal selection rates, tokens/s) from its log.csv, into a PNG; works while it trains.")
-    p.add_argument('run', help='a run folder (train.py --out_dir)')
-    p.add_argument('--out', default=None, help='the PNG to write (default: RUN/curves.png)')
-    cfg = p.parse_args(argv)
-    path = cfg.out or os.path.join(cfg.run, 'curves.png')
+def plot_run(argv):
+    runs = []
+    cfg, _ = configure(argv, DEFAULTS, doc=__doc__, source=__file__, positional=runs)
+    if not runs:
+        raise UserError('give a run folder (python plot_run.py RUN [--out PNG])')
+    if len(runs) > 1:
+        raise UserError(f"one run folder at a time, not {len(runs)}: {' '.join(runs)}")
+    run = runs[0]
+    path = cfg.out or os.path.join(run, 'curves.png')
     try:
-        draw(cfg.run, path)
+        draw(run, path)
     except (ValueError, csv.Error) as e:
-        print(f"plot_run.py: error: {e}", file=sys.stderr)
-        return 2
+        raise UserError(e) from None
     print(f"wrote {path}")
     return 0
+
+
+def main(argv=None):
+    return run_main('plot_run.py', plot_run, argv)      # bad input: one line on stderr, exit 2
 
 
 if __name__ == '__main__':

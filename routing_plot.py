@@ -23,6 +23,10 @@ each position's routed depth against its loss under the dense run of the same se
 bootstrap interval over windows), the share of each token class the routed layers take (code: whitespace, brackets
 and operators, identifiers, other; prose: spaces and punctuation, letters), and the routing picture of the first
 validation window (for pycode, the start of a source file).
+
+The command line is configurator.py's: RUN_DIRS... are the bare arguments (run folders or globs; folders without a
+ckpt.pt or without routed layers are passed over), --key=value or --key value; --out is required, and --skip takes
+no RUN_DIRS.
 """
 import glob
 import json
@@ -32,6 +36,22 @@ import sys
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from configurator import UserError, configure, defaults_of, run_main
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the command line (configurator.py): RUN_DIRS... are bare arguments; --key=value or --key value
+out = ''            # folder for overlap.json and overlap.png, or with --skip skip.json, skip.png and snippet.png (required)
+above = 0.5         # a pair of routed layers overlapping more than this (causal or top-k Jaccard) is called collapsed
+skip = ''           # a trained X-MoD run folder: what its routed layers take (instead of RUN_DIRS)
+dense = ''          # with --skip: the dense run whose per-token loss measures difficulty (default: the X-MoD run's own
+                    # loss)
+classes = 'auto'    # with --skip: token classes: code or prose (auto: code for --dataset=pycode runs)
+boot = 1000         # with --skip: bootstrap resamples of the windows
+seed = 0            # with --skip: seed of the bootstrap
+snippet = 0         # with --skip: the validation window drawn into snippet.png
+# ----------------------------------------------------------------------------------------------------------------------
+DEFAULTS = defaults_of(globals())
 
 
 @torch.no_grad()
@@ -221,8 +241,8 @@ def collapsed_pairs(overlap, routing='causal', above=0.5):
             for j in range(i + 1, len(layers)) if J[i, j] > above]
 
 
-class Refused(Exception):
-    """Input this script cannot use: main prints the message in one line and exits 2."""
+class Refused(UserError):
+    """Input this script cannot use: main prints the message in one line and exits 2 (configurator.run_main)."""
 
 
 def load_run_model(run_dir):
@@ -287,7 +307,7 @@ def overlap_main(cfg):
         print(f"{name}: causal rates {', '.join(f'{r:.3f}' for r in ov['rate_causal'])}; pairs with causal "
               f"Jaccard > {cfg.above}: {', '.join(pairs) or 'none'}")
     if not results:
-        return refuse('no run folder with a ckpt.pt of a model with routed layers')
+        refuse('no run folder with a ckpt.pt of a model with routed layers')
     os.makedirs(cfg.out, exist_ok=True)
     with open(os.path.join(cfg.out, 'overlap.json'), 'w') as f:
         json.dump({n: {k: np.asarray(v).tolist() for k, v in ov.items()} |
@@ -446,7 +466,9 @@ def skip_main(cfg):
     from data.tokenizers import from_meta
     model, x, y, ckpt = load_run_model(cfg.skip)
     if not model.routed_layers():
-        return refuse(f"{cfg.skip} has no routed layer")
+        refuse(f"{cfg.skip} has no routed layer")
+    if not 0 <= cfg.snippet < len(x):                   # refused before anything is written
+        refuse(f"--snippet={cfg.snippet}: the run evaluates on windows 0..{len(x) - 1}")
     name = os.path.basename(os.path.normpath(cfg.skip))
     with torch.no_grad():
         own = routed_pass(model, x, y)
@@ -455,7 +477,7 @@ def skip_main(cfg):
     if cfg.dense:
         dense, xd, yd, _ = load_run_model(cfg.dense)
         if not torch.equal(x, xd):
-            return refuse(f"{cfg.dense} evaluates on other windows than {cfg.skip} (another dataset or block_size)")
+            refuse(f"{cfg.dense} evaluates on other windows than {cfg.skip} (another dataset or block_size)")
         dense_name = os.path.basename(os.path.normpath(cfg.dense))
         with torch.no_grad():
             losses = {dense_name: routed_pass(dense, xd, yd)['loss'], **losses}
@@ -474,54 +496,46 @@ def skip_main(cfg):
               f"{name}: what the routed layers take ({scheme} classes), causal routing, {report['tokens']:,} "
               f"validation positions")
     print(f"wrote {cfg.out}/skip.json, skip.png")
-    if not 0 <= cfg.snippet < len(x):
-        return refuse(f"--snippet={cfg.snippet}: the run evaluates on windows 0..{len(x) - 1}")
     write_routing(os.path.join(cfg.out, 'snippet.png'), model, x[cfg.snippet].tolist(), decode,
                   f"{name}, validation window {cfg.snippet}")
     return 0
 
 
 def refuse(message):
-    print(f"routing_plot.py: error: {message}", file=sys.stderr)
-    return 2
+    """Refuse input this script cannot use: one line on stderr, exit 2 (main, through configurator.run_main)."""
+    raise Refused(message)
+
+
+def routing_plot(argv):
+    runs = []
+    cfg, _ = configure(argv, DEFAULTS, doc=__doc__, source=__file__, positional=runs)
+    cfg.runs = runs
+    if cfg.skip and cfg.runs:
+        raise UserError('--skip takes one run folder, not RUN_DIRS as well')
+    if cfg.dense and not cfg.skip:
+        raise UserError('--dense goes with --skip')
+    if not cfg.skip and not cfg.runs:
+        raise UserError('give RUN_DIRS or --skip RUN (python routing_plot.py RUN_DIRS... --out DIR, or '
+                        '--skip RUN [--dense RUN] --out DIR)')
+    if not cfg.out:
+        raise UserError('--out DIR is required: the folder for ' + ('skip.json, skip.png and snippet.png' if cfg.skip
+                                                                     else 'overlap.json and overlap.png'))
+    if cfg.classes not in ('auto', *CLASSES):
+        raise UserError(f"--classes={cfg.classes!r}: expected {' | '.join(('auto', *CLASSES))}")
+    if cfg.boot < 1:
+        raise UserError(f"--boot={cfg.boot}: expected at least 1 bootstrap resample")
+    if cfg.seed < 0:
+        raise UserError(f"--seed={cfg.seed}: expected a seed >= 0")
+    if cfg.skip:
+        if not os.path.isfile(os.path.join(cfg.skip, 'ckpt.pt')):
+            refuse(f"{cfg.skip} has no ckpt.pt")
+        if cfg.dense and not os.path.isfile(os.path.join(cfg.dense, 'ckpt.pt')):
+            refuse(f"{cfg.dense} has no ckpt.pt")
+    return skip_main(cfg) if cfg.skip else overlap_main(cfg)
 
 
 def main(argv=None):
-    from data.tokenizers import ArgumentParser  # its errors: one line, exit 2
-    p = ArgumentParser(prog='routing_plot.py', description='Routing of trained runs. RUN_DIRS...: do their routed '
-                       'layers take the same tokens? For each run folder with a ckpt.pt: the Jaccard index of every '
-                       'pair of routed layers (top-k and causal, on the run\'s own validation windows) and the '
-                       'routers\' weight cosine. --skip RUN: what its routed layers take: each position\'s routed '
-                       'depth against its loss (under --dense RUN, the dense run of the same seed) and per token class.')
-    p.add_argument('runs', nargs='*', help='run folders or globs; folders without ckpt.pt or routed layers are '
-                                           'passed over')
-    p.add_argument('--out', required=True, help='folder for overlap.json and overlap.png, or with --skip skip.json, '
-                                                'skip.png and snippet.png')
-    p.add_argument('--above', type=float, default=0.5, help='a pair overlapping more than this is called collapsed')
-    p.add_argument('--skip', default=None, help='a trained X-MoD run folder: what its routed layers take')
-    p.add_argument('--dense', default=None, help='with --skip: the dense run whose per-token loss measures '
-                                                 'difficulty (default: the X-MoD run\'s own loss)')
-    p.add_argument('--classes', default='auto', choices=('auto', *CLASSES),
-                   help='token classes: code or prose (auto: code for --dataset=pycode runs)')
-    p.add_argument('--boot', type=int, default=1000, help='bootstrap resamples of the windows')
-    p.add_argument('--seed', type=int, default=0, help='seed of the bootstrap')
-    p.add_argument('--snippet', type=int, default=0, help='the validation window drawn into snippet.png')
-    cfg = p.parse_args(argv)
-    if cfg.skip and cfg.runs:
-        p.error('--skip takes one run folder, not RUN_DIRS as well')
-    if cfg.skip:
-        if not os.path.isfile(os.path.join(cfg.skip, 'ckpt.pt')):
-            return refuse(f"{cfg.skip} has no ckpt.pt")
-        if cfg.dense and not os.path.isfile(os.path.join(cfg.dense, 'ckpt.pt')):
-            return refuse(f"{cfg.dense} has no ckpt.pt")
-    elif cfg.dense:
-        p.error('--dense goes with --skip')
-    elif not cfg.runs:
-        p.error('give RUN_DIRS or --skip RUN')
-    try:
-        return skip_main(cfg) if cfg.skip else overlap_main(cfg)
-    except Refused as e:
-        return refuse(str(e))
+    return run_main('routing_plot.py', routing_plot, argv)      # bad input: one line on stderr, exit 2
 
 
 if __name__ == '__main__':

@@ -3,6 +3,7 @@ mid-line) and on a dense run; bad input is refused in one line."""
 import shutil
 
 import matplotlib
+import pytest
 
 matplotlib.use('Agg')
 
@@ -44,6 +45,26 @@ def test_a_run_still_training_is_drawn_without_its_torn_row(tmp_path, corpus):
 def test_dense_run_and_bad_input(tmp_path, corpus, capsys):
     out = tiny_run(tmp_path, corpus, 'dense')
     assert plot_run.main([str(out), f'--out={tmp_path / "d.png"}']) == 0
+    assert plot_run.main(['--out', str(tmp_path / 'e.png'), str(out)]) == 0        # --out PNG, before the run
+    assert (tmp_path / 'e.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
     capsys.readouterr()
     assert_bad_input(plot_run.main([str(tmp_path / 'nowhere')]), capsys.readouterr().err, 'has no log.csv rows yet')
     assert not (tmp_path / 'nowhere').exists()
+
+
+@pytest.mark.parametrize('args, needle', [
+    ([], 'give a run folder (python plot_run.py RUN [--out PNG])'),
+    (['a', 'b'], 'one run folder at a time, not 2: a b'),
+    (['a', '--out'], '--out: overrides are --key=value (or --key value)'),
+    (['a', '--output=x.png'], "unknown key 'output' on the command line; did you mean --out?"),
+])
+def test_bad_command_lines_are_one_line(args, needle, capsys):
+    assert_bad_input(plot_run.main(args), capsys.readouterr().err, f'plot_run.py: error: {needle}')
+
+
+def test_help_lists_out(capsys):
+    with pytest.raises(SystemExit) as e:
+        plot_run.main(['--help'])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and out.startswith('plot_run.py: one run')
+    assert "--out=''  the PNG to write (default: RUN/curves.png)" in out

@@ -4,7 +4,6 @@ draws is the model's own causal routing of the drawn tokens, checked against an 
 impl, which selects with boolean masks instead of the fast path's attention mask). A tiny untrained model in a
 checkpoint made here, no training, no data folder.
 """
-import contextlib
 import os
 from dataclasses import asdict
 
@@ -16,6 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 import routing_plot
 import run_folder
 import sample
+from conftest import assert_bad_input
 from data.tokenizers import from_meta, meta_for
 from xmod import GPT, GPTConfig
 
@@ -191,6 +191,10 @@ def test_overlap_script_on_trained_runs(trained, tmp_path, capsys):
     got = json.load(open(tmp_path / 'ov' / 'overlap.json'))
     assert list(got) == ['xmod'] and np.array(got['xmod']['jaccard_causal']).shape == (9, 9)
     assert (tmp_path / 'ov' / 'overlap.png').stat().st_size > 0
+    # the --key=value forms give the same file; a glob and a folder named twice are read once
+    assert routing_plot.main([f'--out={tmp_path / "ov2"}', '--above=0.5', str(trained['xmod']),
+                              str(trained['xmod'].parent / '*')]) == 0
+    assert json.load(open(tmp_path / 'ov2' / 'overlap.json')) == got
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -291,20 +295,51 @@ def test_skip_script_on_trained_runs(trained, tmp_path, capsys):
     for name in ('skip.png', 'snippet.png'):
         with open(out / name, 'rb') as f:
             assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+    # the same command in --key=value form, the options in another order: the same report
+    again = tmp_path / 'again'
+    assert routing_plot.main(['--boot=50', f'--out={again}', f'--dense={trained["dense"]}', '--seed=0',
+                              f'--skip={trained["xmod"]}', '--classes', 'auto']) == 0
+    assert json.load(open(again / 'skip.json')) == report
+    # a snippet window the run does not have: refused in one line before anything is written
+    capsys.readouterr()
+    assert_bad_input(routing_plot.main(['--skip', str(trained['xmod']), '--out', str(tmp_path / 'no'),
+                                        '--snippet=100000']), capsys.readouterr().err,
+                     '--snippet=100000: the run evaluates on windows 0..')
+    assert not (tmp_path / 'no').exists()
 
 
 @pytest.mark.parametrize('args, needle', [
     (['--skip', 'no/such/run'], 'has no ckpt.pt'),
+    (['--skip=no/such/run'], 'has no ckpt.pt'),
+    (['--skip', 'a', 'b'], '--skip takes one run folder, not RUN_DIRS as well'),
     (['--dense', 'x'], '--dense goes with --skip'),
+    (['--dense=x', 'a'], '--dense goes with --skip'),
     ([], 'give RUN_DIRS or --skip RUN'),
+    (['a', '--classes=words'], "--classes='words': expected auto | code | prose"),
+    (['a', '--boot', '0'], '--boot=0: expected at least 1'),
+    (['a', '--above=high'], '--above=high: expected float'),
+    (['a', '--seed=-1'], '--seed=-1: expected a seed >= 0'),
+    (['a', '--skp=a'], "unknown key 'skp' on the command line; did you mean --skip?"),
+    (['no/such/run'], 'no run folder with a ckpt.pt of a model with routed layers'),
 ])
-def test_skip_script_refuses_in_one_line(args, needle, tmp_path, capsys):
-    with pytest.raises(SystemExit) if args[:1] != ['--skip'] else contextlib.nullcontext() as e:
-        rc = routing_plot.main([*args, '--out', str(tmp_path / 'o')])
-    code = e.value.code if args[:1] != ['--skip'] else rc
-    err = capsys.readouterr().err
-    assert code == 2 and err.count('\n') == 1 and needle in err, err
+def test_script_refuses_in_one_line(args, needle, tmp_path, capsys):
+    """Each bad command line: one line on stderr, exit 2 (configurator.run_main), nothing written."""
+    assert_bad_input(routing_plot.main([*args, '--out', str(tmp_path / 'o')]), capsys.readouterr().err, needle)
     assert not (tmp_path / 'o').exists()
+
+
+@pytest.mark.parametrize('args', [['a'], ['--skip', 'a'], ['--skip=a', '--dense=b']])
+def test_out_is_required(args, capsys):
+    assert_bad_input(routing_plot.main(args), capsys.readouterr().err, '--out DIR is required')
+
+
+def test_script_help_lists_every_key(capsys):
+    with pytest.raises(SystemExit) as e:
+        routing_plot.main(['--help'])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and out.startswith('routing_plot.py: which routed layers')
+    for key in routing_plot.DEFAULTS:
+        assert f'  --{key}=' in out, key
 
 
 def test_skip_script_refuses_a_run_whose_data_is_not_here(trained, tmp_path, capsys):
