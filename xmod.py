@@ -151,8 +151,7 @@ class GPTConfig:
         return 2 if self.model == 'mod' else self.stride
 
     def is_dense_layer(self, l):
-        """The layer layout, and its only home: layer l is a dense anchor, or a routed layer (mod,
-        xmod)."""
+        """The layer layout: layer l is a dense anchor, or a routed layer (mod, xmod)."""
         if self.model in ('mod', 'xmod'):
             return l % self.anchor_stride() == 0
         return True                      # dense; moe (its attention is dense, its MLP is a mixture)
