@@ -55,8 +55,8 @@ WINDOWS = ('refill', 'exact')    # generation past block_size (GPT.generate)
 @dataclass
 class GPTConfig:
     # backbone (defaults: the laptop-sized char-level Shakespeare model)
-    block_size: int = 128     # train.py's default context, so `python xmod.py` shows what it trains
-    vocab_size: int = 84      # char-level Shakespeare (modern spelling) has 84 distinct characters
+    block_size: int = 128           # train.py's default context (what `python xmod.py` shows)
+    vocab_size: int = 84            # char-level Shakespeare (modern spelling): 84 characters
     n_layer: int = 4
     n_head: int = 4                 # attention heads
     n_embd: int = 128               # width C
