@@ -40,10 +40,8 @@ import torch.nn.functional as F
 MODELS = ('dense', 'mod', 'xmod', 'moe')
 IMPLS = ('fast', 'naive')
 GATES = ('variance', 'plain')
-ROUTERS = ('learned', 'random')   # 'random': the control (a random k tokens; MoD's paper compares
-                                  # against it)
-BCE_LOGITS = ('centred', 'raw')   # the logits of the router's BCE: r - cut (ours) or r (MoD's
-                                  # paper)
+ROUTERS = ('learned', 'random')   # 'random': the control, a random k tokens (as in MoD's paper)
+BCE_LOGITS = ('centred', 'raw')   # the router BCE's logits: r - cut (ours) or r (MoD's paper)
 RESID_INITS = ('layers', 'active')
 ROUTINGS = ('topk', 'causal')
 WINDOWS = ('refill', 'exact')    # generation past block_size (GPT.generate)
@@ -69,29 +67,22 @@ class GPTConfig:
     # sparse depth (mod, xmod)
     stride: int = 4                 # xmod: layer l is a dense anchor when l % stride == 0; mod
                                     # always alternates (2)
-    capacity: float = 0.125         # fraction c of each sequence's tokens that a routed layer
-                                    # processes
-    gate: Optional[str] = None      # 'variance' (X-MoD) | 'plain' (MoD's raw router weight); None =
-                                    # family default
+    capacity: float = 0.125         # fraction c of each sequence's tokens a routed layer processes
+    gate: Optional[str] = None      # 'variance' (X-MoD) | 'plain' (MoD's); None = family default
     depth_balance: Optional[float] = None  # depth-balance loss coefficient; None = family default
                                            # (xmod 0.1, mod 0)
-    router: str = 'learned'         # 'learned' | 'random' (control: random tokens, the gate is the
-                                    # gain alone)
+    router: str = 'learned'         # 'learned' | 'random' (control: random tokens, gate = gain)
     bce_logits: Optional[str] = None  # 'centred' | 'raw' logits of the router's BCE; None = family
                                       # default (mod raw)
-    router_bce: float = 0.1         # BCE loss teaching the router to predict its own top-k choice
-                                    # (causal routing)
+    router_bce: float = 0.1         # BCE teaching the router its own top-k choice (causal routing)
     router_momentum: float = 0.9    # EMA momentum of the calibrated causal threshold (0 = each
                                     # step's own quantile)
-    router_zloss: float = 0.0       # ablation: penalty on the routers' mean squared score (keeps
-                                    # scores unsaturated)
+    router_zloss: float = 0.0       # ablation: penalty on the routers' mean squared score
     # mixture of experts (moe)
     n_expert: int = 8               # moe: experts per layer
     expert_top_k: int = 2           # moe: experts per token
-    expert_hidden: Optional[int] = None   # None: 4*n_embd // expert_top_k, so active params match a
-                                          # dense MLP
-    expert_capacity_factor: float = 1.25   # moe: slots per expert = factor * top_k * tokens /
-                                           # experts
+    expert_hidden: Optional[int] = None   # None: 4*n_embd // expert_top_k (active params: an MLP's)
+    expert_capacity_factor: float = 1.25   # moe: expert slots = factor * top_k * tokens / experts
     moe_balance: float = 0.01       # Switch load-balancing loss coefficient
     moe_zloss: float = 0.001        # router z-loss coefficient
 
@@ -378,8 +369,7 @@ class RoutedBlock(nn.Module):
         (generation, causal routing): the prompt in one pass fills it with the tokens taken; once
         filled, x (B, 1, C) is each sequence's next token."""
         B, T, C = x.size()
-        if cache is not None:                   # the threshold and the router's weight, read once
-                                                # per generation
+        if cache is not None:            # threshold and router weight: read once per generation
             r = self.router(x, pos, cache.router_weight)                    # (B, T)
             if cache.prefilled:
                 return self.forward_step(x, pos, r, cache)
@@ -503,8 +493,7 @@ def in_float32(forward):
 
 
 M32 = 0xFFFFFFFF
-EVAL_DRAW = 0x5EED      # the draw every evaluation and generation uses: a random-routing val loss
-                        # is reproducible
+EVAL_DRAW = 0x5EED      # the draw of every evaluation and generation: a reproducible val loss
 
 
 def mix32(h):
@@ -527,8 +516,7 @@ def random_scores(draw, row0, layer, B, pos):
     with probability c (Router.threshold)."""
     rows = row0 + torch.arange(B, device=pos.device).unsqueeze(1)      # (B, 1)
     h = mix32(mix32(mix32(draw & M32) ^ layer) ^ rows)                 # (B, 1)
-    return (mix32(h ^ pos) >> 8).float() * 2.0 ** -24                  # (B, T); 24 bits: exact in
-                                                                       # float32
+    return (mix32(h ^ pos) >> 8).float() * 2.0 ** -24      # (B, T); 24 bits: exact in float32
 
 
 class Router(nn.Module):
@@ -551,8 +539,7 @@ class Router(nn.Module):
         # running (debiased) EMA of the batch's top-k cut-off: the causal threshold, frozen at eval
         self.register_buffer('thr_sum', torch.zeros(()))
         self.register_buffer('thr_steps', torch.zeros(()))
-        # random routing's draw for training forwards and the batch's first row, set by GPT.set_draw
-        # (train.py)
+        # random routing's draw for training forwards and the batch's first row (GPT.set_draw)
         self.register_buffer('draw', torch.zeros(2, dtype=torch.long), persistent=False)
 
     @in_float32
@@ -638,8 +625,7 @@ class MoEBlock(Block):
 class MoEAux(NamedTuple):
     """What an MoE layer reports beside x: its two losses (GPT.aux_losses) and two statistics
     (routing_stats)."""
-    balance: torch.Tensor       # () Switch load-balancing loss, 1 when routing is uniform (the
-                                # log's moe_balance)
+    balance: torch.Tensor       # () Switch balancing loss, 1 when uniform (the log's moe_balance)
     zloss: torch.Tensor         # () router z-loss (the log's moe_zloss)
     load: torch.Tensor          # (E,) the fraction of assignments each expert got
     drop_frac: torch.Tensor     # () the fraction of assignments over an expert's capacity, dropped
@@ -656,8 +642,7 @@ class MoE(nn.Module):
         E, C, H = config.n_expert, config.n_embd, config.expert_hidden
         self.config, self.E, self.top_k, self.impl = config, E, config.expert_top_k, config.impl
         self.router = nn.Linear(C, E, bias=False)
-        self.w_fc = nn.Parameter(torch.empty(E, C, H))       # expert e: x @ w_fc[e] -> gelu -> @
-                                                             # w_proj[e]
+        self.w_fc = nn.Parameter(torch.empty(E, C, H))   # expert e: gelu(x @ w_fc[e]) @ w_proj[e]
         self.w_proj = nn.Parameter(torch.empty(E, H, C))
         self.dropout = nn.Dropout(config.dropout)
 
@@ -820,9 +805,8 @@ class GPT(nn.Module):
         # random routing has nothing to learn
         learned = routing == 'topk' and self.config.router == 'learned'
         kinds = [layer.kind for layer in self.transformer.h]
-        # RoutedAux each
-        routed = [a for kind, a in zip(kinds, layers) if kind == 'routed' and learned]
-        moe = [a for kind, a in zip(kinds, layers) if kind == 'moe']  # MoEAux each
+        routed = [a for kind, a in zip(kinds, layers) if kind == 'routed' and learned]  # RoutedAux
+        moe = [a for kind, a in zip(kinds, layers) if kind == 'moe']                     # MoEAux
         losses = {}
         if routed:
             # every routed layer at once (R, B, T): one BCE (the mean of the layers' equal-sized
@@ -837,8 +821,7 @@ class GPT(nn.Module):
             # c * R, with c as realised at T
             target = len(routed) * routed_k(self.config.capacity, T) / T
             losses['depth_balance'] = depth_balance_loss(torch.sigmoid(centred), target)
-            if self.config.router_zloss > 0:    # an ablation, off by default: logged only when it
-                                                # is on
+            if self.config.router_zloss > 0:    # an ablation, off by default: logged only when on
                 losses['router_zloss'] = torch.stack([a.scores.square().mean() for a in routed]).mean()
         if moe:
             losses['moe_balance'] = sum(a.balance for a in moe) / len(moe)
@@ -941,8 +924,8 @@ class GPT(nn.Module):
                 continue
             (decay if p.dim() >= 2 and 'router.weight' not in name else no_decay).append(p)
         groups = [{'params': decay, 'weight_decay': weight_decay}, {'params': no_decay, 'weight_decay': 0.0}]
-        # fused: one kernel over all parameters instead of a dozen small ops per tensor, on a CPU
-        # too (docs/speed.md)
+        # fused: one kernel over all parameters, not a dozen small ops per tensor; on a CPU too
+        # (docs/speed.md)
         fused = device_type in ('cuda', 'cpu')
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
 
@@ -1006,8 +989,7 @@ def routing_stats(model, layers, routing):
                 if prev is not None:                        # overlap with the previous routed layer
                     both, either = (mask & prev).sum(1).float(), (mask | prev).sum(1).float()
                     stats[f'jaccard_{l}'] = (both / either.clamp_min(1)).mean()
-                stats[f'margin_{l}'] = ((a.cut - thr) / std).mean()   # top-k cut - threshold, in
-                                                                      # score stds
+                stats[f'margin_{l}'] = ((a.cut - thr) / std).mean()   # cut - threshold, in stds
                 stats[f'score_std_{l}'] = std.mean()
             else:
                 stats[f'causal_rate_{l}'] = mask.float().mean()       # against capacity c
@@ -1022,8 +1004,7 @@ def routing_stats(model, layers, routing):
         stats[prefix + 'depth_std'] = depth.std(unbiased=False)
         # tokens no routed layer took
         stats[prefix + 'untouched_frac'] = (depth == 0).float().mean()
-    if drops and routing == 'topk':                                    # causal routing drops
-                                                                       # nothing
+    if drops and routing == 'topk':                             # causal routing drops nothing
         stats['moe_drop_frac'] = torch.stack(drops).mean()
     return stats
 
@@ -1045,12 +1026,11 @@ def flops_per_token(config, T=None, batch_size=1):
             total += 24 * d * d + 4 * T * d      # qkv 6d^2 + proj 2d^2 + mlp 16d^2; QK^T and AV 4Td
         elif kind == 'routed':
             k = routed_k(c.capacity, T)
-            total += (k / T) * 24 * d * d + 4 * k * k * d / T + 2 * d   # k tokens, k x k attention,
-                                                                        # the router
+            # k tokens, k x k attention, the router
+            total += (k / T) * 24 * d * d + 4 * k * k * d / T + 2 * d
         else:
             N = batch_size * T
-            slots = c.n_expert * expert_slots(c, N) / N   # expert slots per token, capacity padding
-                                                          # included
+            slots = c.n_expert * expert_slots(c, N) / N   # expert slots per token, padding included
             total += 8 * d * d + 4 * T * d + 2 * d * c.n_expert + slots * 4 * d * c.expert_hidden
     return total
 
@@ -1116,8 +1096,7 @@ class KVCache:
         hs), in any dtype (autocast gives bf16 values): they are written in the cache's own. Returns
         the seqs' lengths (n,) after it (None: all)."""
         if seqs is None:
-            at = self.filled
-            # copy_ casts
+            at = self.filled        # assigning is a copy_: it casts k, v to the cache's dtype
             self.k[:, :, at], self.v[:, :, at], self.pos[:, at] = k[:, :, 0], v[:, :, 0], pos
             self.length += 1
             self.filled += 1
@@ -1214,8 +1193,7 @@ def zoo(dense=None):
 
 
 if __name__ == '__main__':
-    from configurator import print_for_a_reader  # `python xmod.py | head -3` stops reading early:
-                                                 # no traceback
+    from configurator import print_for_a_reader  # `python xmod.py | head -3`: no traceback
     base = GPTConfig()
     lines = [f"Model zoo: n_embd={base.n_embd}, n_head={base.n_head}, block_size={base.block_size}, "
              f"vocab_size={base.vocab_size} (train.py's defaults). mod and xmod are FLOP-matched (within 2%) to the "
