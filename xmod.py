@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 MODELS = ('dense', 'mod', 'xmod', 'moe')
 IMPLS = ('fast', 'naive')
-GATES = ('variance', 'plain')
+GATES = ('variance', 'plain', 'calibrated')
 ROUTERS = ('learned', 'random')   # 'random': the control, a random k tokens (as in MoD's paper)
 BCE_LOGITS = ('centred', 'raw')   # the router BCE's logits: r - cut (ours) or r (MoD's paper)
 RESID_INITS = ('layers', 'active')
@@ -68,7 +68,8 @@ class GPTConfig:
     stride: int = 4                 # xmod: layer l is a dense anchor when l % stride == 0; mod
                                     # always alternates (2)
     capacity: float = 0.125         # fraction c of each sequence's tokens a routed layer processes
-    gate: Optional[str] = None      # 'variance' (X-MoD) | 'plain' (MoD's); None = family default
+    gate: Optional[str] = None      # 'variance' (X-MoD) | 'plain' (MoD's) | 'calibrated'
+                                    # (variance, sigmoid centred on the threshold); None = family default
     depth_balance: Optional[float] = None  # depth-balance loss coefficient; None = family default
                                            # (xmod 0.1, mod 0)
     router: str = 'learned'         # 'learned' | 'random' (control: random tokens, gate = gain)
@@ -526,7 +527,8 @@ class Router(nn.Module):
 
     def __init__(self, config, layer_idx=0):
         super().__init__()
-        self.variance = config.gate == 'variance'
+        self.variance = config.gate in ('variance', 'calibrated')    # normalised scores, gain * sigmoid
+        self.calibrated = config.gate == 'calibrated'
         self.random, self.layer_idx, self.capacity = config.router == 'random', layer_idx, config.capacity
         self.momentum = config.router_momentum
         self.weight = nn.Parameter(torch.empty(1, config.n_embd), requires_grad=not self.random)
@@ -569,6 +571,11 @@ class Router(nn.Module):
         """Multiplier on a selected token's update, with the router on the gradient path."""
         if self.random:
             return self.gain.expand_as(r)           # the control: the layer's learnable gain alone
+        if self.calibrated:
+            # the sigmoid centred on the calibrated threshold: the centred BCE leaves the scores' level
+            # free, and sigmoid(r) of the taken tokens drifts to 0.9-0.999, where the gate no longer
+            # moves with the score (gate_slope); at r - threshold a taken token sits on the slope
+            return self.gain * torch.sigmoid(r - self.threshold())
         if self.variance:
             return self.gain * torch.sigmoid(r)   # X-MoD: g_l * sigmoid(normalised score)
         return r                                  # MoD: the raw router weight (Raposo et al., 2024)
@@ -984,8 +991,11 @@ def routing_stats(model, layers, routing):
                 stats[f'router_acc_{l}'] = ((r > thr) == mask).float().mean()
                 # on the tokens taken
                 gate_mean = (layer.router.gate(r) * mask).sum() / mask.sum().clamp_min(1)
-                stats[f'gate_{l}'] = layer.router.gain if model.config.gate == 'variance' else gate_mean
+                stats[f'gate_{l}'] = layer.router.gain if layer.router.variance else gate_mean
                 stats[f'gate_mean_{l}'] = gate_mean
+                # d gate / d r on the tokens taken: near 0, the gate is saturated and the LM loss
+                # no longer teaches the router through it
+                stats[f'gate_slope_{l}'] = (gate_slope(layer.router, r) * mask).sum() / mask.sum().clamp_min(1)
                 if prev is not None:                        # overlap with the previous routed layer
                     both, either = (mask & prev).sum(1).float(), (mask | prev).sum(1).float()
                     stats[f'jaccard_{l}'] = (both / either.clamp_min(1)).mean()
@@ -1007,6 +1017,15 @@ def routing_stats(model, layers, routing):
     if drops and routing == 'topk':                             # causal routing drops nothing
         stats['moe_drop_frac'] = torch.stack(drops).mean()
     return stats
+
+
+def gate_slope(router, r):
+    """d gate / d r at each score r (B, T), whatever the gate's rule (Router.gate): gain * s(1 - s)
+    for a sigmoid gate, 1 for the plain gate, 0 for random routing's."""
+    with torch.enable_grad():
+        r = r.detach().requires_grad_()
+        slope, = torch.autograd.grad(router.gate(r).sum(), r, allow_unused=True)
+    return torch.zeros_like(r) if slope is None else slope
 
 
 # --------------------------------------------------------------------------------------------------

@@ -160,7 +160,7 @@ def variant(mc):
         return 'mod' + extra
     balance = '' if mc.depth_balance == XMOD_BALANCE else '-nobal' if mc.depth_balance == 0 else \
         f'-bal{mc.depth_balance:g}'
-    name = 'xmod' + ('' if mc.gate == 'variance' else '-plain') + balance + extra
+    name = 'xmod' + {'variance': '', 'plain': '-plain', 'calibrated': '-calgate'}[mc.gate] + balance + extra
     for field, short in zip(ROUTER_KNOBS, ('bce', 'mom', 'z')):
         if getattr(mc, field) != getattr(xmod.GPTConfig, field):
             name += f'-{short}{getattr(mc, field):g}'

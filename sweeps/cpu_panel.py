@@ -1,6 +1,13 @@
 """cpu_panel: depth routing against its baselines, each at its own tuned learning rate, at the reference point of
 results/cpu_lr (width 128, T=128, 2M tokens, cosine, the cpu_small recipe). That sweep's dense and X-MoD runs (stride
-4, c 0.125; 5 seeds each) are the panel's reference; it adds seven arms:
+4, c 0.125; 5 seeds each) are the panel's reference; it adds ten arms:
+
+  calgate      X-MoD with the calibrated gate (gate='calibrated'): gain * sigmoid(r - threshold), the sigmoid centred
+               on the layer's causal threshold, where the variance gate's sigmoid(r) saturates (gate_slope_l)
+  xmod_s2_calgate  MoD's layout (stride 2, c 0.367) with the calibrated gate
+  mod_c125     MoD's layout at MoD's own capacity, c = 0.125 (16 of 128 tokens): 8 layers DrDrDrDr with the mod
+               family's plain gate and raw BCE, FLOP-matched to the 4-layer dense model by its token budget (its
+               FLOPs per token are 1.109x dense's: 1.80M tokens instead of 2M)
 
   mod          MoD as published (Raposo et al. 2024): alternating layers, plain gate (the raw score), the router's
                BCE on raw scores (bce_logits='raw', the mod default), no depth balancing; 6 layers FLOP-matched to
@@ -27,6 +34,8 @@ the edges and seeds are known): about 3 hours with 2 one-thread runs at a time o
 """
 import os
 import runpy
+import sys
+from dataclasses import replace
 
 name = 'cpu_panel'
 jobs = 2
@@ -39,9 +48,21 @@ lr_sweep = runpy.run_path(os.path.join(HERE, 'cpu_lr.py'))             # tune, s
 common = dict(small['common'], threads=1)
 run, dense, xmod = small['builders'](tokens_per_iter=2048, width=128, tokens=2 * M, block_size=128)
 
+sys.path.insert(0, os.path.dirname(HERE))
+from xmod import GPTConfig, flops_per_token  # noqa: E402
+
+# MoD at c = 0.125 sees the reference dense run's training FLOPs: tokens = its tokens x dense FLOPs / MoD FLOPs per token
+DENSE = GPTConfig(n_layer=4, n_embd=128, block_size=128, vocab_size=84)
+MOD_TOKENS = 2048 * round(2_000_896 * flops_per_token(DENSE) / flops_per_token(
+    replace(DENSE, model='mod', n_layer=8, capacity=0.125)) / 2048)
+
 GRID = (2e-3, 4e-3, 8e-3)
 SEEDS = (1, 2, 3, 4)        # 3 and 4: the 3-seed standard errors missed the issue's 0.006
 ARMS = {                                    # the most telling first: a partial sweep already answers the most
+    'calgate': lambda **kw: xmod(4, 12, 4, gate='calibrated', tag='_calgate', **kw),
+    'mod_c125': lambda **kw: run(f'mod_L8_c0.125_{MOD_TOKENS / M:.3g}M', tokens=MOD_TOKENS, model='mod', n_layer=8,
+                                 capacity=0.125, match_flops=False, **kw),
+    'xmod_s2_calgate': lambda **kw: xmod(2, 6, 4, gate='calibrated', tag='_calgate', **kw),
     'random': lambda **kw: xmod(4, 12, 4, router='random', tag='_random', **kw),
     'mod': lambda **kw: run('mod_L6_D4_2M', model='mod', n_layer=6, dense_layers=4, **kw),
     'moe_cf1': lambda **kw: run('moe_L4_2M_cf1', model='moe', n_layer=4, expert_capacity_factor=1.0, **kw),

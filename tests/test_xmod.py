@@ -18,8 +18,10 @@ from xmod import (
     MoEAux,
     RoutedAux,
     RoutedBlock,
+    Router,
     expert_slots,
     flops_per_token,
+    gate_slope,
     layer_kinds,
     match_flops,
     route_topk,
@@ -280,7 +282,7 @@ def test_full_capacity_with_unit_gate_is_a_dense_block(impl):
 # ---------------------------------------------------------------------------------------------------------------------
 # the router: gradients, BCE targets per batch element, batch independence
 
-@pytest.mark.parametrize('gate', ['variance', 'plain'])
+@pytest.mark.parametrize('gate', ['variance', 'plain', 'calibrated'])
 def test_gradients_reach_the_router_through_the_gate(gate):
     torch.manual_seed(0)
     m = GPT(tiny('xmod', gate=gate, router_bce=0.0, depth_balance=0.0))   # only the gated update carries gradient
@@ -288,6 +290,50 @@ def test_gradients_reach_the_router_through_the_gate(gate):
     loss.backward()
     for layer in routed_layers(m):
         assert layer.router.weight.grad is not None and layer.router.weight.grad.abs().sum() > 0
+
+
+def test_calibrated_gate_centres_the_sigmoid_on_the_threshold():
+    """gate='calibrated' is gain * sigmoid(r - threshold): a token at the threshold gets half the gain and the steepest
+    slope, gain / 4, wherever the scores' level has drifted. The variance gate, gain * sigmoid(r), is saturated at the
+    same scores (slope near 0): the mechanism the calibrated gate exists for."""
+    torch.manual_seed(0)
+    routers = {gate: Router(tiny('xmod', gate=gate)) for gate in ('variance', 'calibrated')}
+    for router in routers.values():
+        router.add_cut(torch.tensor(6.0))                         # one EMA step: the threshold is 6 (debiased)
+        assert abs(router.threshold().item() - 6.0) < 1e-5
+    r = 6.0 + torch.linspace(-0.5, 0.5, 11).unsqueeze(0)          # (1, 11) scores around a high threshold
+    for gate, router in routers.items():
+        g = router.gain.detach()
+        want = g * torch.sigmoid(r - 6.0) if gate == 'calibrated' else g * torch.sigmoid(r)
+        assert torch.allclose(router.gate(r).detach(), want, atol=1e-6)
+    cal, var = (gate_slope(routers[gate], r) for gate in ('calibrated', 'variance'))
+    g = routers['calibrated'].gain.item()
+    assert abs(cal[0, 5].item() - g / 4) < 1e-6                    # at the threshold: the sigmoid's steepest point
+    assert (cal > 0.2 * g).all() and (var < 0.01 * g).all()
+
+
+@pytest.mark.parametrize('gate,router', [('variance', 'learned'), ('calibrated', 'learned'), ('plain', 'learned'),
+                                         ('variance', 'random')])
+def test_gate_slope_is_logged_per_routed_layer(gate, router):
+    """routing_stats logs gate_slope_l, the mean of d gate / d r over the tokens layer l took: gain * s (1 - s) for a
+    sigmoid gate (s its sigmoid), 1 for the plain gate, 0 for random routing (its gate is the gain alone)."""
+    torch.manual_seed(0)
+    m = GPT(tiny('xmod', gate=gate, router=router))
+    _, _, aux = m(*batch(2, 32), return_aux=True)
+    stats = routing_stats(m, aux['layers'], 'topk')
+    for l, layer in enumerate(m.transformer.h):
+        if layer.kind != 'routed':
+            assert f'gate_slope_{l}' not in stats
+            continue
+        a, rt = aux['layers'][l], layer.router
+        if router == 'random':
+            want = torch.zeros(())
+        elif gate == 'plain':
+            want = torch.ones(())
+        else:
+            s = torch.sigmoid(a.scores - (rt.threshold() if gate == 'calibrated' else 0.0))
+            want = (rt.gain * s * (1 - s))[a.mask].mean()
+        assert abs(stats[f'gate_slope_{l}'].item() - want.item()) < 1e-6
 
 
 @pytest.mark.parametrize('impl', ['fast', 'naive'])
