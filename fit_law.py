@@ -3,6 +3,8 @@ Fit the X-MoD scaling law from a sweep of finished training runs.
 
     python fit_law.py RUNS... --out DIR [--holdout FILTER]... [--metric val_loss_causal|val_loss] [--bootstrap 200]
     python fit_law.py --regimes RUNS... --out DIR [--bootstrap 2000]
+    python fit_law.py --lr RUNS... --out DIR [--panel] [--metric val_loss]
+    python fit_law.py --isoflop RUNS... --out DIR [--bootstrap 2000]
     python fit_law.py --advise DIR --flops=C [--block_size=T] [--n_embd=W] [--dense_layers=L] [--json]
 
 RUNS: run directories, globs of them, or folders with runs below them, read by law/load.py (what it accepts:
@@ -22,6 +24,11 @@ docs/fit_law.md). Two laws, for the reasons in docs/design.md, "The law":
    out and said so; a candidate stays only if leaving it out makes the leave-one-configuration-out RMSE of Delta
    worse by more than 5% (select_terms); every term is refitted away to show this.
 
+--lr: the learning-rate table of a rate sweep (law/rates.py): each arm's loss at each peak rate, its best rate,
+Delta paired by seed at the best rates and at each shared rate, with 95% t intervals and Holm-adjusted p; lr.json,
+lr.md, lr_vs_loss.png, and with --panel panel.md (every arm against dense and X-MoD, both metrics). --isoflop:
+each arm's isoFLOP optimum at one training budget (law/isoflop.py); isoflop.json, isoflop.md, isoflop.png.
+
 Held-out runs (--holdout) are left out of both fits and the selection, and predicted: Delta's RMSE, R^2 and sign,
 each against its goal (heldout_goals), L's relative error (dense law or observed partner, + Delta), the dense law's
 error on held-out dense runs. Intervals: 95% bootstrap percentiles over dense runs and over pairs, the form held
@@ -34,6 +41,7 @@ import itertools
 import json as jsonlib  # `json` is a key (--json)
 import math
 import os
+import shlex
 import sys
 from collections import Counter
 
@@ -41,6 +49,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+import law.isoflop
 import law.joint
 import law.rates
 import law.regimes
@@ -59,13 +68,19 @@ metric = 'val_loss_causal'   # the loss to fit: val_loss_causal (the honest loss
                              # tokens) or val_loss; the other is fitted and reported beside it
 bootstrap = 200              # bootstrap resamples for the 95% intervals
 seed = 0                     # bootstrap seed
-tuned = False                # fit only the runs at their arm's best peak learning rate (lr_sweep.py's rule,
+tuned = False                # fit only the runs at their arm's best peak learning rate (--lr's rule,
                              # law/rates.py: the lowest seed-0 loss of --metric), all seeds; an arm run at one rate
                              # keeps it. Without it every rate is fitted, each X-MoD run paired with the dense run of
                              # its rate
 regimes = False              # instead of the two laws: one law of Delta across corpora, contexts and tokens per active
                              # parameter (law/regimes.py), from each corpus's tuned runs; writes regimes.json,
                              # regimes.md and regimes.png (runs on several corpora are welcome here)
+lr = False                   # instead of the laws: the learning-rate table of a rate sweep (law/rates.py); writes
+                             # lr.json, lr.md and lr_vs_loss.png
+panel = False                # with --lr: also panel.md, every arm at its best rate against dense and X-MoD, both
+                             # metrics, with t intervals and Holm-adjusted p
+isoflop = False              # instead of the laws: each arm's isoFLOP optimum at one budget (law/isoflop.py), a
+                             # parabola in log N per arm, seeds resampled; writes isoflop.json, isoflop.md, isoflop.png
 skip_joint = False           # leave out the joint law (law/joint.py; its form selection refits it tens of times:
                              # minutes on a large sweep)
 # the adviser: which routing configuration to choose, from a fit (no runs, no --out)
@@ -633,9 +648,18 @@ def parse_args(argv):
         if cfg.flops <= 0:
             raise UserError('--advise needs --flops=C, the training FLOPs (> 0)')
     elif not cfg.runs or not cfg.out:
-        raise UserError('give the runs to fit and --out DIR (or --advise FIT --flops=C)')
+        mode = next((f'--{m} ' for m in ('lr', 'isoflop', 'regimes') if getattr(cfg, m)), '')
+        raise UserError(f'give the runs and --out DIR (python fit_law.py {mode}RUNS... --out DIR)'
+                        + ('' if mode else ' (or --advise FIT --flops=C)'))
+    modes = [m for m in ('regimes', 'lr', 'isoflop') if getattr(cfg, m)]
+    if len(modes) > 1:
+        raise UserError(f"--{' and --'.join(modes)}: one mode at a time")
     if cfg.regimes and (cfg.holdout or cfg.advise):
         raise UserError('--regimes holds out its own tests (law/regimes.py): give no --holdout and no --advise')
+    if (cfg.lr or cfg.isoflop) and (cfg.holdout or cfg.advise or cfg.tuned):
+        raise UserError(f"--{modes[0]} fits no law: give no --holdout, --tuned or --advise")
+    if cfg.panel and not cfg.lr:
+        raise UserError('--panel is a part of --lr (python fit_law.py --lr RUNS... --panel --out DIR)')
     return cfg
 
 
@@ -657,6 +681,11 @@ def run_advise(cfg):
         print(jsonlib.dumps(to_json(out), indent=1))
         return 0
     d = out['dense']
+    tests = ', '.join(f"{k}: {'yes' if v else 'no'}" for k, v in out['null_tests'].items()) or 'none run'
+    if not out['beats_nulls']:
+        # said before any number: what follows assumes a law the runs did not bear out
+        print(f"{path}: the joint law did not beat its nulls (a constant Delta and Delta = 0) held out ({tests}): "
+              f"the intervals below are conditional on the law, not evidence for a configuration")
     print(f"{path}: the joint law of {out['metric']} (terms: {', '.join(out['terms']) or 'none, the dense law'}), "
           f"{out['n_samples']} bootstrap samples")
     print(f"budget {out['flops']:.3g} FLOPs, T={out['block_size']}, dense {d['layout']} at width {out['n_embd']}: "
@@ -665,7 +694,8 @@ def run_advise(cfg):
              f"{c['tokens'] / 1e6:.3g}M", f"{c['loss']:.4f}",
              f"{c['delta']:+.4f} [{c['delta_ci'][0]:+.4f}, {c['delta_ci'][1]:+.4f}]"] for c in out['candidates']]
     print(law.report.md_table(['config', 'capacity', 'layout', 'rho', 'tokens', 'predicted loss',
-                               'Delta against dense [95%]'], rows))
+                               'Delta against dense [95%' + ('' if out['beats_nulls'] else ', if the law holds')
+                               + ']'], rows))
     for s_ in (s_ for s_ in out['skipped'] if s_['why'] != 'the same model as another'):
         print(f"not asked: xmod stride {s_['stride']}, capacity {s_['capacity']:g}: {s_['why']}")
     print(f"best: {out['verdict']}")
@@ -692,9 +722,57 @@ def run_regimes(cfg):
     return result
 
 
+def write(out, files):
+    """Write {name: text} into the folder out (created)."""
+    os.makedirs(out, exist_ok=True)
+    for name, text in files.items():
+        with open(os.path.join(out, name), 'w') as f:
+            f.write(text)
+
+
+def run_lr(cfg):
+    """fit_law.py --lr: the learning-rate table of a rate sweep (law/rates.py), and with --panel panel.md."""
+    runs = load_runs(cfg.runs)
+    result = law.rates.analyse(runs, cfg.metric)
+    md = law.rates.to_markdown(result)
+    files = {'lr.json': jsonlib.dumps(result, indent=1, default=str), 'lr.md': md}
+    if cfg.panel:
+        # both metrics, the primary first: the panel reads the top-k loss beside the honest one
+        by_metric = {m: result if m == cfg.metric else law.rates.analyse(runs, m)
+                     for m in (cfg.metric, *[x for x in METRICS if x != cfg.metric])}
+        command = ('python fit_law.py --lr ' + ' '.join(shlex.quote(r) for r in cfg.runs) + ' --panel'
+                   + (f' --metric {cfg.metric}' if cfg.metric != metric else '') + f' --out {cfg.out}')
+        files['panel.md'] = law.rates.panel_md(by_metric, command)
+    write(cfg.out, files)
+    law.rates.plot(result, os.path.join(cfg.out, 'lr_vs_loss.png'))
+    print(files.get('panel.md', md))
+    print(f"wrote {cfg.out}/{', '.join(files)}, lr_vs_loss.png")
+    return result
+
+
+def run_isoflop(cfg):
+    """fit_law.py --isoflop: each arm's optimum at one training budget (law/isoflop.py)."""
+    WARNINGS.clear()
+    runs = load_runs(cfg.runs)
+    result = law.isoflop.analyse(runs, cfg.metric, cfg.bootstrap, cfg.seed)
+    result['warnings'] = list(WARNINGS)
+    command = ('python fit_law.py --isoflop ' + ' '.join(shlex.quote(r) for r in cfg.runs) + f' --out {cfg.out}'
+               + (f' --bootstrap {cfg.bootstrap}' if cfg.bootstrap != bootstrap else ''))
+    md = law.isoflop.to_markdown(result, command)
+    write(cfg.out, {'isoflop.json': jsonlib.dumps(to_json(result), indent=1), 'isoflop.md': md})
+    law.isoflop.plot(result, os.path.join(cfg.out, 'isoflop.png'))
+    print(md)
+    print(f'wrote {cfg.out}/isoflop.json, isoflop.md, isoflop.png')
+    return result
+
+
 def run(cfg):
     if cfg.regimes:
         return run_regimes(cfg)
+    if cfg.lr:
+        return run_lr(cfg)
+    if cfg.isoflop:
+        return run_isoflop(cfg)
     WARNINGS.clear()
     runs = load_runs(cfg.runs)
     n_loaded = len(runs)

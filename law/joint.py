@@ -343,7 +343,9 @@ def advise(fit, flops, block_size, n_embd, dense_layers, n_head=4, vocab_size=84
     the FLOP-matched dense model? Candidates: the (stride, capacity) configurations the fit saw, FLOP-matched to
     this dense model (xmod.match_flops); each must stay inside the fit's range of tokens, active parameters,
     context and rho, else the law is not asked (ValueError names the axis). Delta's 95% interval: percentiles over
-    the fit's bootstrap samples of the law's parameters. -> dict(dense, candidates, skipped, best, verdict)."""
+    the fit's bootstrap samples of the law's parameters, conditional on the law's form: null_tests says which of the
+    fit's held-out tests beat both nulls (a constant Delta, Delta = 0), beats_nulls whether all did; where not, the
+    verdict says so first. -> dict(dense, candidates, skipped, best, null_tests, beats_nulls, verdict)."""
     import torch as _torch
 
     from xmod import GPT, GPTConfig, flops_per_token, layout_string, match_flops
@@ -410,9 +412,15 @@ def advise(fit, flops, block_size, n_embd, dense_layers, n_head=4, vocab_size=84
     dense['loss'] = float(point[0])
     winners = [c for c in cands if c['delta_ci'][1] < 0]
     best = min(winners, key=lambda c: c['delta']) if winners else None
+    # the intervals are over refits of one form: they hold only if the form does, which its held-out tests against
+    # a constant Delta and Delta = 0 (versus_nulls) are there to show
+    tests = {name: v['beats_null'] for name, v in j.get('heldout', {}).items() if 'beats_null' in v}
+    beats = bool(tests) and all(tests.values())
     verdict = (f"xmod stride {best['stride']}, capacity {best['capacity']:.4f} ({best['layout']}): Delta "
                f"{best['delta']:+.4f} [{best['delta_ci'][0]:+.4f}, {best['delta_ci'][1]:+.4f}]" if best else
                'dense: no routing configuration is predicted to beat it')
+    if not beats:
+        verdict = f'if the law holds (it did not beat its nulls held out): {verdict}'
     return dict(flops=flops, block_size=block_size, n_embd=n_embd, dense_layers=dense_layers, metric=fit.get('metric'),
                 terms=terms, n_samples=len(samples), dense=dense, candidates=cands, skipped=skipped, best=best,
-                verdict=verdict)
+                null_tests=tests, beats_nulls=beats, verdict=verdict)

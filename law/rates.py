@@ -1,15 +1,22 @@
 """
 law/rates.py: the peak learning rate per arm and width, and Delta at tuned and at shared rates, from the runs of a
-learning-rate sweep (sweeps/cpu_lr.py); lr_sweep.py is its command line, and fit_law.py --tuned keeps the runs at
-their arm's best rate (tuned_runs).
+learning-rate sweep (sweeps/cpu_lr.py); fit_law.py --lr is its command line (--panel adds panel.md), and
+fit_law.py --tuned keeps the runs at their arm's best rate (tuned_runs).
 
 An arm is a family variant (dense, xmod, ...) at one stride and capacity, width, context, budget and learning-rate
 schedule (a WSD branch counts as the WSD run of its budget, which it equals). For each arm: its final loss at
 every peak rate (seed 0), its best rate (the lowest seed-0 loss, or among rates within 0.005 of it in seed 0 the
 lowest mean of their shared seeds: best_rate), and the seeds' mean and standard error there. Delta = sparse - dense
-at the same width, context and budget, paired by seed: with each arm at its own best rate (the fair comparison) and
-with both at each shared rate. The metric is val_loss_causal unless --metric says otherwise (a dense run's two
-losses are equal).
+at the same width, context and training FLOPs (the same budget, or for a model FLOP-matched by its token budget the
+dense run of that budget's FLOPs: dense_key), paired by seed: with each arm at its own best rate (the fair
+comparison) and with both at each shared rate. The metric is val_loss_causal unless --metric says otherwise (a
+dense run's two losses are equal).
+
+What a mean over a few seeds may claim (law/stats.py): every mean +- SE comes with its 95% t interval on n - 1
+degrees of freedom; the comparisons at the best rates (against dense and against X-MoD) with a paired t test's p
+and Holm's adjustment over all of them (one table, one family). A best rate is chosen on seed 0, which then enters
+its mean: Delta on the seeds after the screening seed (unscreened) is reported beside it; where close rates were
+told apart by their seed mean (chosen_by), those seeds took part in the choice too.
 
 Why both Deltas: a sparse model and its dense partner need not share a best rate, so Delta at one shared rate can
 be a gap in tuning rather than in the models; Delta at each arm's own best rate is the comparison the law should
@@ -23,7 +30,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from law.report import mean_se
+from law.stats import fmt_t, holm, t_interval
 
 
 def layout(r):
@@ -71,6 +78,18 @@ def best_rate(by_lr):
     return best
 
 
+def chosen_by(by_lr):
+    """How best_rate chose: 'seed 0' when no other rate was within CLOSE of the best in seed 0 (or they share no
+    seed beyond it), 'seed mean' when the seeds' mean told close rates apart (those seeds then took part)."""
+    grid = [lr for lr in by_lr if 0 in by_lr[lr]]
+    if not grid:
+        return None
+    best = min(grid, key=lambda lr: by_lr[lr][0])
+    close = [lr for lr in grid if by_lr[lr][0] - by_lr[best][0] <= CLOSE]
+    seeds = set.intersection(*(set(by_lr[lr]) for lr in close))
+    return 'seed mean' if len(close) > 1 and len(seeds) > 1 else 'seed 0'
+
+
 def tuned_runs(runs, metric):
     """Only the runs, all seeds, at their arm's best rate (fit_law.py --tuned); an arm run at one rate keeps it."""
     table = arms(runs, metric)
@@ -79,23 +98,28 @@ def tuned_runs(runs, metric):
     return [r for r in runs if r['config']['learning_rate'] == best[arm_key(r)]]
 
 
-def paired_delta(sparse, dense):
-    """Delta over the seeds both have: {seed: loss} each -> dict(mean, se, n, seeds)."""
+SCREEN_SEED = 0      # the seed the sweeps scan rates on (sweeps/cpu_lr.py)
+
+
+def paired_delta(sparse, dense, drop=()):
+    """Delta over the seeds both have, but those in drop: {seed: loss} each -> law.stats.t_interval's dict (mean,
+    se, n, df, lo, hi, p) and seeds; None without a shared seed."""
     # paired by seed: the seed sets the data order and the initialisation of both, so their noise partly cancels
-    seeds = sorted(set(sparse) & set(dense))
+    seeds = sorted((set(sparse) & set(dense)) - set(drop))
     if not seeds:
         return None
-    m, se = mean_se([sparse[s] - dense[s] for s in seeds])
-    return dict(mean=m, se=se, n=len(seeds), seeds=seeds)
+    return dict(t_interval([sparse[s] - dense[s] for s in seeds]), seeds=seeds)
 
 
 def routing(run_dirs):
     """What the routers did in a set of runs (the seeds of an arm at one rate), from each log.csv: per run, the
     final mean gate on the tokens each routed layer took (gate_mean_l; gate_l for a plain gate logged before
     gate_mean_l existed), the lowest and highest such gate over all evaluations, and the final agreement between
-    the causal threshold's choice and top-k's (router_acc_l, averaged over layers). None for a model without
-    routed layers. -> dict(gate_final_min, gate_final_max, gate_ever_min, gate_ever_max, agreement), means over
-    runs of each run's figure (the extremes over layers)."""
+    the causal threshold's choice and top-k's (router_acc_l, averaged over layers), and the gate's final slope on
+    the tokens taken (gate_slope_l, d gate / d score: near 0, a saturated sigmoid passes the language model's
+    gradient to the router no more), lowest and highest over layers, None where the runs did not log it. None for
+    a model without routed layers. -> dict(gate_final_min, gate_final_max, gate_ever_min, gate_ever_max, agreement,
+    slope_final_min, slope_final_max), means over runs of each run's figure (the extremes over layers)."""
     per_run = []
     for d in run_dirs:
         with open(os.path.join(d, 'log.csv'), newline='') as f:
@@ -113,20 +137,48 @@ def routing(run_dirs):
             col = 'gate_'
         # a statistic a row did not log is an empty cell (run_folder writes ''): such a row has no gate to read
         gates = np.array([[float(r[f'{col}{l}']) for l in layers] for r in rows if r[f'{col}{layers[0]}'] != ''])
+        # the slope at the last evaluation that logged one (older runs have no gate_slope_l column)
+        slopes = [[float(r[f'gate_slope_{l}']) for l in layers] for r in rows
+                  if r.get(f'gate_slope_{layers[0]}', '') not in ('', None)]
         per_run.append(dict(gate_final_min=gates[-1].min(), gate_final_max=gates[-1].max(),
                             gate_ever_min=gates.min(), gate_ever_max=gates.max(),
-                            agreement=np.mean([float(rows[-1][f'router_acc_{l}']) for l in layers])))
+                            agreement=np.mean([float(rows[-1][f'router_acc_{l}']) for l in layers]),
+                            slope_final_min=min(slopes[-1]) if slopes else None,
+                            slope_final_max=max(slopes[-1]) if slopes else None))
     if not per_run:
         return None
-    return {k: float(np.mean([p[k] for p in per_run])) for k in per_run[0]}
+    mean = lambda k: None if any(p[k] is None for p in per_run) else float(np.mean([p[k] for p in per_run]))
+    return {k: mean(k) for k in per_run[0]}
 
 
-def reference_key(key, best):
-    """The arm every variant is also compared with: full X-MoD at stride 4 at the same width, context, budget and
-    schedule (the capacity nearest 0.125 where there are several), or None."""
-    # the study's reference configuration (docs/results.md): the baselines and ablations are read against it
+FLOPS_TOL = 0.02     # arms this close in training FLOPs are FLOP-matched (law/load.py's FPT_TOL at equal tokens)
+
+
+def same_flops(key, flops):
+    """The arms of key's width, context and schedule whose training FLOPs are within FLOPS_TOL of key's, the
+    nearest first: its FLOP-matched partners, whatever their token budgets. flops: {arm_key: training FLOPs}."""
+    width, T, schedule = key[1], key[2], key[4]
+    near = [k for k in flops if (k[1], k[2], k[4]) == (width, T, schedule)
+            and abs(flops[k] / flops[key] - 1) <= FLOPS_TOL]
+    return sorted(near, key=lambda k: (abs(math.log(flops[k] / flops[key])), k[3] != key[3]))
+
+
+def dense_key(key, flops):
+    """The dense arm a sparse arm is paired with: of its width, context and schedule, at the same training FLOPs
+    (a model FLOP-matched by its token budget, as MoD at c 0.125 on 1.80M tokens, meets the dense model of the
+    budget it was matched to, not a dense run of its own token count); failing that, at the same budget (a model
+    that is not FLOP-matched, as the MoE at capacity factor 1.25). None without either."""
     variant, width, T, tokens, schedule, stride, capacity = key
-    cands = [k for k in best if k[0] == 'xmod' and k[1:5] == (width, T, tokens, schedule) and k[5] == 4]
+    cands = [k for k in same_flops(key, flops) if k[0] == 'dense']
+    fallback = ('dense', width, T, tokens, schedule, None, None)
+    return cands[0] if cands else fallback if fallback in flops else None
+
+
+def reference_key(key, best, flops):
+    """The arm every variant is also compared with: full X-MoD at stride 4 at the same width, context, schedule and
+    training FLOPs (the capacity nearest 0.125 where there are several), or None."""
+    # the study's reference configuration (docs/results.md): the baselines and ablations are read against it
+    cands = [k for k in same_flops(key, flops) if k[0] == 'xmod' and k[5] == 4 and k in best]
     return min(cands, key=lambda k: abs(math.log(k[6] / 0.125))) if cands else None
 
 
@@ -134,9 +186,10 @@ def analyse(runs, metric):
     """lr.json: {metric, arms: [each arm's losses at its rates and its best rate], deltas: [each sparse arm against
     dense (and against X-MoD) at the best rates, and against dense at each shared rate]}."""
     table = arms(runs, metric)
-    dirs = defaultdict(list)
+    dirs, flops = defaultdict(list), {}
     for r in runs:
         dirs[(arm_key(r), r['config']['learning_rate'])].append(r['dir'])
+        flops.setdefault(arm_key(r), r['flops'])      # one budget per arm: its runs' training FLOPs agree
     result = {'metric': metric, 'arms': [], 'deltas': []}
     best = {}
     # tables read by schedule, width, context and budget, with dense first in each, the reference of the rows below
@@ -146,79 +199,196 @@ def analyse(runs, metric):
         if not grid:
             continue
         lr_best = best_rate(by_lr)
-        m, se = mean_se(list(by_lr[lr_best].values()))
-        n = len(by_lr[lr_best])
+        at_best = t_interval(list(by_lr[lr_best].values()))
         # a best rate at the grid's edge may not be the best rate at all: the table flags it for a wider scan
         edge = len(grid) > 1 and lr_best in (grid[0], grid[-1])
         best[key] = lr_best
         variant, width, T, tokens, schedule, stride, capacity = key
         result['arms'].append(dict(variant=variant, stride=stride, capacity=capacity, n_embd=width, T=T,
-                                   tokens=tokens, schedule=schedule, lrs=grid,
+                                   tokens=tokens, schedule=schedule, flops=flops[key], lrs=grid,
                                    loss=[by_lr[lr][0] for lr in grid], best_lr=lr_best, best_at_edge=edge,
-                                   best_mean=m, best_se=se, best_seeds=n,
+                                   chosen_by=chosen_by(by_lr), best_mean=at_best['mean'], best_se=at_best['se'],
+                                   best_seeds=at_best['n'], best_ci=[at_best['lo'], at_best['hi']],
+                                   best_df=at_best['df'],
+                                   seeds={lr: [by_lr[lr][s] for s in sorted(by_lr[lr])] for lr in sorted(by_lr)},
                                    routing=routing(dirs[(key, lr_best)]) if stride is not None else None))
     for key, lr_s in best.items():
         variant, width, T, tokens, schedule, stride, capacity = key
-        dkey = ('dense', width, T, tokens, schedule, None, None)
+        dkey = dense_key(key, flops)
         if variant == 'dense' or dkey not in best:
             continue
         sparse, dense = table[key], table[dkey]
-        xkey = reference_key(key, best)
+        xkey = reference_key(key, best, flops)
+        xkey = xkey if xkey != key else None
         row = dict(variant=variant, stride=stride, capacity=capacity, n_embd=width, T=T, tokens=tokens,
-                   schedule=schedule, lr_sparse=lr_s,
+                   schedule=schedule, dense_tokens=dkey[3], lr_sparse=lr_s,
                    lr_dense=best[dkey],
                    tuned=paired_delta(sparse[lr_s], dense[best[dkey]]),
-                   lr_xmod=best[xkey] if xkey and xkey != key else None,
-                   vs_xmod=paired_delta(sparse[lr_s], table[xkey][best[xkey]]) if xkey and xkey != key else None,
+                   # the seeds the rates were not screened on: seed 0 chose them and would flatter the chosen
+                   unscreened=paired_delta(sparse[lr_s], dense[best[dkey]], drop=(SCREEN_SEED,)),
+                   lr_xmod=best[xkey] if xkey else None,
+                   vs_xmod=paired_delta(sparse[lr_s], table[xkey][best[xkey]]) if xkey else None,
                    shared={lr: paired_delta(sparse[lr], dense[lr]) for lr in sorted(set(sparse) & set(dense))})
         result['deltas'].append(row)
+    # one table, one family of comparisons: Holm's adjustment over every Delta at the best rates with a p
+    tests = [d[k] for d in result['deltas'] for k in ('tuned', 'vs_xmod') if d[k] and d[k]['p'] is not None]
+    for t, p in zip(tests, holm([t['p'] for t in tests])):
+        t['p_holm'] = p
+    result['n_comparisons'] = len(tests)
     return result
 
 
 def fmt_delta(d):
-    if d is None:
+    """'+0.0097 ± 0.0033, 95% t(4) [+0.0005, +0.0190] (n=5)', the mean alone for one seed, '-' for none."""
+    return '-' if d is None else f"{fmt_t(d)} (n={d['n']})"
+
+
+def fmt_p(d):
+    """'p 0.031, Holm 0.28' for a Delta with a t test, '-' without one."""
+    if d is None or d.get('p') is None:
         return '-'
-    return f"{d['mean']:+.4f}" + (f" ± {d['se']:.4f}" if d['se'] is not None else '') + f" (n={d['n']})"
+    return f"p {d['p']:.2g}" + (f", Holm {d['p_holm']:.2g}" if d.get('p_holm') is not None else '')
+
+
+def fmt_loss(a):
+    """An arm's loss at its best rate: '1.7087 ± 0.0035, 95% t(4) [1.6990, 1.7184] (5)'."""
+    if a['best_se'] is None:
+        return f"{a['best_mean']:.4f} ({a['best_seeds']})"
+    return (f"{a['best_mean']:.4f} ± {a['best_se']:.4f}, 95% t({a['best_df']}) [{a['best_ci'][0]:.4f}, "
+            f"{a['best_ci'][1]:.4f}] ({a['best_seeds']})")
+
+
+def routers_md(arms_, name=label):
+    """The routers table of lr.md and panel.md, a row per routed arm (lr.json's arms with routing); name: an arm's
+    name in its first column."""
+    slope = lambda g: '-' if g['slope_final_min'] is None else f"{g['slope_final_min']:.3g}, {g['slope_final_max']:.3g}"
+    lines = ['The routers at each arm\'s best rate, means over its seeds: the mean gate on the tokens a routed layer '
+             'took, lowest and highest over layers at the end and over every evaluation; the agreement of the causal '
+             'threshold with top-k (router_acc, mean over layers, at the end); the gate\'s slope d gate / d score on '
+             'the tokens taken at the end (gate_slope_l, lowest and highest over layers; near 0 the gate is saturated '
+             'and passes the language model\'s gradient to the router no more; - where the runs did not log it).', '',
+             '| arm | width | T | tokens | schedule | gate at the end (min, max) | gate ever (min, max) | '
+             'causal/top-k agreement | gate slope at the end (min, max) |', '|---|---|---|---|---|---|---|---|---|']
+    for a in arms_:
+        g = a['routing']
+        lines.append(f"| {name(a)} | {a['n_embd']} | {a['T']} | {int(a['tokens']):,} | {a['schedule']} | "
+                     f"{g['gate_final_min']:.3f}, {g['gate_final_max']:.3f} | {g['gate_ever_min']:.3f}, "
+                     f"{g['gate_ever_max']:.3f} | {g['agreement']:.4f} | {slope(g)} |")
+    return lines
 
 
 def to_markdown(result):
     lines = [f"# Learning rate per arm ({result['metric']})", '',
-             '| arm | width | T | tokens | schedule | loss at each peak rate (seed 0) | best rate | at the best: mean ± SE '
-             '(seeds) |', '|---|---|---|---|---|---|---|---|']
+             'Means over seeds ± one standard error, with the 95% t interval on n - 1 degrees of freedom.', '',
+             '| arm | width | T | tokens | schedule | loss at each peak rate (seed 0) | best rate (chosen by) | at the '
+             'best: mean ± SE, 95% t interval (seeds) |', '|---|---|---|---|---|---|---|---|']
     for a in result['arms']:
         losses = ', '.join(f"{lr:g}: {v:.4f}" for lr, v in zip(a['lrs'], a['loss']))
-        se = f" ± {a['best_se']:.4f}" if a['best_se'] is not None else ''
         lines.append(f"| {label(a)} | {a['n_embd']} | {a['T']} | {int(a['tokens']):,} | {a['schedule']} | {losses} | "
-                     f"{a['best_lr']:g}"
-                     f"{' (grid edge)' if a['best_at_edge'] else ''} | {a['best_mean']:.4f}{se} ({a['best_seeds']}) |")
-    lines += ['', 'Delta = sparse - dense, paired by seed (negative: the sparse model is better); against X-MoD: the '
-              'same, with X-MoD (stride 4) of that width, context and budget at its own best rate in place of dense.',
-              '', '| sparse | width | T | tokens | schedule | each at its best rate | against X-MoD, each at its best '
-              'rate | Delta at each shared rate |', '|---|---|---|---|---|---|---|---|']
+                     f"{a['best_lr']:g}{' (grid edge)' if a['best_at_edge'] else ''} ({a['chosen_by']}) | "
+                     f"{fmt_loss(a)} |")
+    lines += ['', 'Delta = sparse - dense, paired by seed (negative: the sparse model is better), dense at the same '
+              'width, context and training FLOPs; against X-MoD: the same, with X-MoD (stride 4) of that width, '
+              'context and FLOPs at its own best rate in place of dense. p: a paired t test; Holm: adjusted over the '
+              f"{result.get('n_comparisons', 0)} comparisons at the best rates in this table. Seeds 1+: Delta at the "
+              'best rates without seed 0, the seed the rates were screened on (where the seed mean chose between '
+              'close rates, the other seeds took part in the choice too).', '',
+              '| sparse | width | T | tokens | schedule | each at its best rate | p | seeds 1+ only | against X-MoD, '
+              'each at its best rate | p | Delta at each shared rate |', '|---|---|---|---|---|---|---|---|---|---|---|']
     for d in result['deltas']:
         shared = '; '.join(f"{lr:g}: {fmt_delta(v)}" for lr, v in d['shared'].items())
         vs = f"{fmt_delta(d['vs_xmod'])} (X-MoD {d['lr_xmod']:g})" if d.get('vs_xmod') else '-'
+        partner = '' if d.get('dense_tokens', d['tokens']) == d['tokens'] else \
+            f", dense on {int(d['dense_tokens']):,} tokens at the same FLOPs"
         lines.append(f"| {label(d)} | {d['n_embd']} | {d['T']} | {int(d['tokens']):,} | {d['schedule']} | "
-                     f"{fmt_delta(d['tuned'])} "
-                     f"(sparse {d['lr_sparse']:g}, dense {d['lr_dense']:g}) | {vs} | {shared} |")
+                     f"{fmt_delta(d['tuned'])} (sparse {d['lr_sparse']:g}, dense {d['lr_dense']:g}{partner}) | "
+                     f"{fmt_p(d['tuned'])} | {fmt_delta(d.get('unscreened'))} | {vs} | {fmt_p(d.get('vs_xmod'))} | "
+                     f"{shared} |")
     routed = [a for a in result['arms'] if a.get('routing')]
     if routed:
-        lines += ['', 'The routers at each arm\'s best rate, means over its seeds: the mean gate on the tokens a routed '
-                  'layer took, lowest and highest over layers at the end and over every evaluation; the agreement of '
-                  'the causal threshold with top-k (router_acc, mean over layers, at the end).', '',
-                  '| arm | width | T | tokens | schedule | gate at the end (min, max) | gate ever (min, max) | '
-                  'causal/top-k agreement |', '|---|---|---|---|---|---|---|---|']
-        for a in routed:
-            g = a['routing']
-            lines.append(f"| {label(a)} | {a['n_embd']} | {a['T']} | {int(a['tokens']):,} | {a['schedule']} | "
-                         f"{g['gate_final_min']:.3f}, {g['gate_final_max']:.3f} | {g['gate_ever_min']:.3f}, "
-                         f"{g['gate_ever_max']:.3f} | {g['agreement']:.4f} |")
+        lines += [''] + routers_md(routed)
     return '\n'.join(lines) + '\n'
+
+
+# the panel's arms in words (panel.md), by (variant, stride); None: any stride
+PANEL_NAMES = {('dense', None): 'dense', ('xmod', 4): 'X-MoD (stride 4)', ('xmod', 2): "MoD's layout, X-MoD's gate",
+               ('mod', None): 'MoD as published', ('moe-cf1', None): 'MoE, FLOP-matched', ('moe', None): 'MoE',
+               ('xmod-calgate', 4): 'X-MoD, calibrated gate', ('xmod-calgate', 2): "MoD's layout, calibrated gate",
+               ('xmod-plain', 4): 'X-MoD, plain gate', ('xmod-nobal', 4): 'X-MoD, no depth balancing',
+               ('xmod-random', 4): 'X-MoD, random routing', ('xmod-active', 4): 'X-MoD, resid_init=active'}
+
+
+def panel_label(a):
+    """An arm's name in panel.md: PANEL_NAMES, MoD with its capacity (c 0.367 as published FLOP-matched by depth,
+    c 0.125 its paper's), law.rates.label for any other."""
+    name = PANEL_NAMES.get((a['variant'], a['stride'])) or PANEL_NAMES.get((a['variant'], None))
+    if name is None:
+        return label(a)
+    return f"{name} (c {a['capacity']:.3g})" if a['variant'] == 'mod' else name
+
+
+def panel_md(by_metric, command):
+    """panel.md: every arm at its own best rate against the dense model of the same width, context and training
+    FLOPs, one table per metric; by_metric: {metric: analyse()'s result}, the primary metric first. Each Delta with
+    its 95% t interval, a paired t test's p and its Holm adjustment over the table's comparisons; beside the
+    primary Delta, the same on the seeds after the screening seed."""
+    metrics = list(by_metric)
+    first = by_metric[metrics[0]]
+    lines = ['# The panel: each arm at its own best learning rate', '', '```', command, '```', '',
+             'Means over seeds ± one standard error, 95% t interval on n - 1 degrees of freedom. Delta = arm - dense '
+             '(or - X-MoD stride 4), paired by seed, the partner at the same width, context and training FLOPs (a '
+             'model FLOP-matched by its token budget meets the dense run of that budget). p: a paired t test; Holm: '
+             "adjusted over the table's comparisons (a comparison holds at 5% when its Holm p is below 0.05). Each "
+             'best rate is chosen on seed 0 (by the seed mean between rates within 0.005 of each other there), and '
+             'seed 0 enters the mean: "seeds 1+" is Delta without it.']
+    for metric in metrics:
+        res = by_metric[metric]
+        deltas = {(d['variant'], d['n_embd'], d['T'], d['tokens'], d['schedule'], d['stride'], d['capacity']): d
+                  for d in res['deltas']}
+        for dense in [a for a in res['arms'] if a['variant'] == 'dense']:
+            dk = (dense['n_embd'], dense['T'], dense['tokens'], dense['schedule'])
+            rows = [(a, deltas.get((a['variant'], a['n_embd'], a['T'], a['tokens'], a['schedule'], a['stride'],
+                                    a['capacity']))) for a in res['arms'] if a['variant'] != 'dense']
+            rows = [(a, d) for a, d in rows if d and (d['n_embd'], d['T'], d['dense_tokens'], d['schedule']) == dk]
+            rows.sort(key=lambda ad: panel_rank(ad[0]))
+            if not rows:
+                continue
+            held = [f"{panel_label(a)} - {'dense' if k == 'tuned' else 'X-MoD'}" for a, d in rows
+                    for k in ('tuned', 'vs_xmod') if d[k] and d[k].get('p_holm') is not None and d[k]['p_holm'] < 0.05]
+            lines += ['', f"## {metric}: width {dense['n_embd']}, T={dense['T']}, {schedule_words(dense)}", '',
+                      f"{res['n_comparisons']} comparisons; at 5% after Holm: "
+                      + (', '.join(held) if held else 'none') + '.', '',
+                      '| arm | seeds | rate (chosen by) | tokens | loss | Delta vs dense | p (Holm) | Delta vs dense, '
+                      'seeds 1+ | Delta vs X-MoD | p (Holm) |', '|---|---|---|---|---|---|---|---|---|---|',
+                      f"| dense | {dense['best_seeds']} | {dense['best_lr']:g} ({dense['chosen_by']}) | "
+                      f"{int(dense['tokens']):,} | {fmt_loss(dense)} | - | - | - | - | - |"]
+            for a, d in rows:
+                lines.append(f"| {panel_label(a)} | {a['best_seeds']} | {a['best_lr']:g} ({a['chosen_by']}) | "
+                             f"{int(a['tokens']):,} | {fmt_loss(a)} | {fmt_delta(d['tuned'])} | {fmt_p(d['tuned'])} | "
+                             f"{fmt_delta(d.get('unscreened'))} | {fmt_delta(d.get('vs_xmod'))} | "
+                             f"{fmt_p(d.get('vs_xmod'))} |")
+    routed = [a for a in first['arms'] if a.get('routing')]
+    if routed:
+        lines += ['', '## The routers', ''] + routers_md(routed, panel_label)
+    return '\n'.join(lines) + '\n'
+
+
+def panel_rank(a):
+    """An arm's place in panel.md: PANEL_NAMES' order (the reference X-MoD first), then by capacity."""
+    keys = list(PANEL_NAMES)
+    k = (a['variant'], a['stride']) if (a['variant'], a['stride']) in PANEL_NAMES else (a['variant'], None)
+    return (keys.index(k) if k in keys else len(keys), label(a), -(a['capacity'] or 0))
+
+
+def schedule_words(a):
+    """'2.00M tokens, cosine' for an arm (the dense one of a panel)."""
+    return f"{a['tokens'] / 1e6:.2f}M tokens, {a['schedule']}"
 
 
 def plot(result, path):
     """lr_vs_loss.png: one panel per width, context, budget and schedule; each arm's seed-0 loss against the peak
-    rate, and its seeds' mean +- 1 standard error at its best rate."""
+    rate (a line), every seed's loss at every rate it was run at (points), and its seeds' mean +- 1 standard error
+    at its best rate: how sharp each arm's optimum is, and how far the seeds spread around it."""
     import matplotlib
     matplotlib.use('Agg')           # files only: no display is needed, as on a cluster node
     import matplotlib.pyplot as plt
@@ -234,7 +404,10 @@ def plot(result, path):
             if (a['n_embd'], a['T'], a['tokens'], a['schedule']) != (width, T, tokens, schedule):
                 continue
             c = 'black' if a['variant'] == 'dense' else next(colours)
-            ax.plot(a['lrs'], a['loss'], 'o-', c=c, label=f"{label(a)} (seed 0)")
+            ax.plot(a['lrs'], a['loss'], '-', c=c, lw=1, label=f"{label(a)} (line: seed 0)")
+            if a.get('seeds'):
+                pts = [(float(lr), v) for lr, vs in a['seeds'].items() for v in vs]
+                ax.scatter(*zip(*pts), s=12, color=c, alpha=0.6, zorder=3)
             if a['best_se'] is not None:
                 ax.errorbar([a['best_lr']], [a['best_mean']], yerr=[a['best_se']], fmt='s', c=c, capsize=4,
                             mfc='white', label=f"{label(a)}: {a['best_seeds']} seeds at its best")

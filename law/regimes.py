@@ -32,6 +32,7 @@ from configurator import UserError
 from law.joint import SELECT_MARGIN, versus_nulls
 from law.load import pair_runs
 from law.rates import tuned_runs
+from law.stats import t_interval
 from law.terms import D0, N0, S0, T0
 
 Q0 = D0 / N0                       # tokens per active parameter of the reference pair, 2.5
@@ -314,8 +315,10 @@ def config_rows(pairs):
         ps = [p for p in pairs if p['config'] == c]
         d = np.array([p['delta'] for p in ps])
         se = d.std(ddof=1) / math.sqrt(len(d)) if len(d) > 1 else None
+        t = t_interval(d)
         rows.append(dict(corpus=c[0], n_embd=c[1], T=c[2], tokens=c[3], stride=c[4], capacity=c[5], schedule=c[6],
-                         rho=ps[0]['rho'], q=ps[0]['q'], n=len(ps), delta=float(d.mean()), se=se,
+                         rho=ps[0]['rho'], q=ps[0]['q'], n=len(ps), delta=float(d.mean()), se=se, df=t['df'],
+                         ci=None if t['lo'] is None else [t['lo'], t['hi']],
                          pred=float(np.mean([p['pred'] for p in ps]))))
     return rows
 
@@ -330,13 +333,14 @@ def summary_md(result, pairs, command):
              f"best rate). Delta = X-MoD - dense, {result['metric']}; above 0, X-MoD is behind. q = tokens per "
              f"active parameter of the dense partner; q0 = {result['q0']:.3g}. Reference corpus: "
              f"{result['reference_corpus']}.", '', '## The runs', '',
-             '| corpus | width | T | tokens | q | stride | c | schedule | rho | seeds | Delta (mean +- se) | law |',
-             '|' + '---|' * 12]
+             '| corpus | width | T | tokens | q | stride | c | schedule | rho | seeds | Delta (mean +- se) | 95% t '
+             'interval (df) | law |', '|' + '---|' * 13]
     for r in config_rows(pairs):
         se = '-' if r['se'] is None else f"{r['se']:.4f}"
+        tci = '-' if r['ci'] is None else f"[{r['ci'][0]:+.4f}, {r['ci'][1]:+.4f}] ({r['df']})"
         lines.append(f"| {r['corpus']} | {r['n_embd']} | {r['T']} | {r['tokens'] / 1e6:.3g}M | {r['q']:.3g} | "
                      f"{r['stride']} | {r['capacity']:.3g} | {r['schedule']} | {r['rho']:.2f} | {r['n']} | "
-                     f"{r['delta']:+.4f} +- {se} | {r['pred']:+.4f} |")
+                     f"{r['delta']:+.4f} +- {se} | {tci} | {r['pred']:+.4f} |")
     lines += ['', '## The form, chosen by held-out error', '',
               f"Candidates: {', '.join(result['candidates'])}. Backward elimination by leave-one-configuration-out "
               f"RMSE of Delta (a candidate stays if leaving it out costs more than {SELECT_MARGIN:.0%}):", '']

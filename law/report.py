@@ -11,6 +11,7 @@ import os
 import numpy as np
 
 from law.load import METRICS, ROUTER_KNOBS, config_key
+from law.stats import fmt_t, t_interval
 from law.terms import BASE_TERMS
 
 # -----------------------------------------------------------------------------
@@ -514,23 +515,48 @@ def conclusion(result, runs):
     where = lambda d: 'behind' if d > 0 else 'ahead of'
     s = []
     if ref:
-        d, se = mean_se([delta(r) for r in ref])
-        spread = (f' ± {se:.4f}; mean ± one standard error over {len(ref)} pairs, seeds '
-                  f'{", ".join(str(x) for x in sorted({r["seed"] for r in ref}))}' if se is not None else '; one pair')
-        s.append(f'At the reference configuration (stride {rel["s0"]}, T={rel["T0"]}, {rel["D0"] / 1e6:g}M tokens, '
-                 f'a dense partner of {rel["N0"]:,} parameters), X-MoD is {where(d)} its FLOP-matched dense model by '
-                 f'{abs(d):.4f} (Delta = {d:+.4f}{spread}; {m}' + (
-                     '; within two standard errors of zero' if se is not None and abs(d) <= 2 * se else '') + ').')
+        # pairs of one seed share its data order and initialisation (a WSD branch reuses the seed of a cosine run):
+        # the seed, not the pair, is the unit of independent evidence, so the interval is over seed means
+        by_seed = {}
+        for r in ref:
+            by_seed.setdefault(r['seed'], []).append(delta(r))
+        t = t_interval([np.mean(v) for _, v in sorted(by_seed.items())])
+        at = (f'At the reference configuration (stride {rel["s0"]}, T={rel["T0"]}, {rel["D0"] / 1e6:g}M tokens, '
+              f'a dense partner of {rel["N0"]:,} parameters)')
+        if len(ref) == 1:
+            s.append(f'{at} there is one pair (seed {ref[0]["seed"]}): X-MoD minus its FLOP-matched dense model is '
+                     f'{t["mean"]:+.4f} ({m}), one difference of two runs, with no interval: it says nothing about '
+                     f'which is better until more seeds are run.')
+        else:
+            shared = len(ref) - len(by_seed)
+            pooled = f'{len(ref)} pairs in {len(by_seed)} seeds (' + (
+                f'{shared} pair(s) share a seed with another: the seed is the unit, the pairs of a seed averaged '
+                f'first' if shared else 'one pair per seed') + ')'
+            if t['se'] is None:
+                s.append(f'{at}, X-MoD minus its FLOP-matched dense model is {t["mean"]:+.4f} ({m}; {pooled}): one '
+                         f'seed, no interval, no evidence either way.')
+            else:
+                s.append(f'{at}, X-MoD is {where(t["mean"])} its FLOP-matched dense model by {abs(t["mean"]):.4f} '
+                         f'(Delta = {fmt_t(t)}, {m}; from {pooled}, seeds '
+                         f'{", ".join(str(x) for x in sorted(by_seed))}' + (
+                             '; the interval includes zero' if t['lo'] <= 0 <= t['hi'] else '') + ').')
     ds = [delta(r) for r in pairs]
     d, _ = mean_se(ds)
     s.append(f'Over all {len(pairs)} fitted pairs Delta averages {d:+.4f} (from {min(ds):+.4f} to {max(ds):+.4f}; '
              f'the seed noise of Delta is {fmt(bm["metrics"]["seed_noise"]["delta_std"])}); Delta > 0 means X-MoD '
              f'is behind.')
-    g = bm['relative']['coefficients']['capacity_gain']['value']
+    gc = bm['relative']['coefficients']['capacity_gain']
+    g = gc['value']
     if g is not None:
-        s.append(f'The fitted capacity_gain is {g:+.4g}: ' + ('negative, so X-MoD is behind' if g < 0 else
-                                                              'positive, so X-MoD is ahead')
+        # a coefficient without an interval is where the fit stopped, not an estimate: said so, not headlined
+        sure = (f' (95% bootstrap [{gc["ci_low"]:+.4g}, {gc["ci_high"]:+.4g}])' if gc.get('ci_low') is not None
+                else f' (no interval: {bm["relative"].get("n_pairs", "these")} pair(s) cannot give one; not an estimate)')
+        s.append(f'The fitted capacity_gain is {g:+.4g}{sure}: ' + ('negative, so X-MoD is behind' if g < 0 else
+                                                                    'positive, so X-MoD is ahead')
                  + f' by {abs(g):.4f} per unit log rho at T0 and s0.')
+    if bm.get('dense', {}).get('ill_posed'):
+        s.append('The dense law is ill-posed on these runs (' + '; '.join(bm['dense']['notes'])
+                 + '): its parameters are not estimates.')
     # the verdict a reader needs before the tables: a law whose terms predict left-out configurations no better
     # than one constant has found no trend, however well it fits
     null = (bm['metrics'].get('budget_forms') or {}).get('constant Delta (null)') or {}

@@ -5,7 +5,7 @@ is left out.
 
     python sweep.py sweeps/cpu_context_shakespeare.py
     python sweeps/cpu_context_shakespeare.py         # the FLOP-matched layouts below
-    python lr_sweep.py results/cpu_context_shakespeare/runs --out results/cpu_context_shakespeare
+    python fit_law.py --lr results/cpu_context_shakespeare/runs --out results/cpu_context_shakespeare
 
 With Shakespeare's characters and batch 4 x 512:
 

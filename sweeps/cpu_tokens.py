@@ -4,8 +4,8 @@ branches at 2, 4 and 8M (sweeps/cpu_wsd.py's branches: a branch equals a WSD run
 16M tokens, up to about 80 training tokens per active parameter, 3 seeds, T=128, 1 thread a run, 2 at a time.
 
     python sweep.py sweeps/cpu_tokens.py     # a branch joins the queue once its parent has kept its step
-    python lr_sweep.py 'results/cpu_tokens/runs/*_2M_pycode_lr*' 'results/cpu_tokens/runs/*_2M_d64_pycode_lr*' \
-        --out results/cpu_tokens/lr                  # the pycode rate tune alone (lr_sweep does not tell corpora apart)
+    python fit_law.py --lr 'results/cpu_tokens/runs/*_2M_pycode_lr*' 'results/cpu_tokens/runs/*_2M_d64_pycode_lr*' \
+        --out results/cpu_tokens/lr                  # the pycode rate tune alone (--lr does not tell corpora apart)
 
 Two corpora:
 - pycode (data/pycode/prepare.py): 25M training bytes, so no run repeats data up to 16M tokens;

@@ -399,7 +399,7 @@ def test_command_line_takes_both_forms_and_repeats_holdout(capsys):
     assert (cfg.advise, cfg.flops, cfg.json, cfg.n_embd, cfg.runs) == ('FIT', 1e15, True, 256, [])
     for args, needle in ((['a', '--out', 'D', '--metric', 'val_los'], "--metric='val_los': expected val_loss_causal"),
                          (['a', '--out', 'D', '--bootstrap=-1'], '--bootstrap must be >= 0'),
-                         (['a'], 'give the runs to fit and --out DIR'),
+                         (['a'], 'give the runs and --out DIR'),
                          (['--advise', 'FIT'], '--advise needs --flops=C'),
                          (['a', '--advise', 'FIT', '--flops=1'], 'give no runs and no --out'),
                          (['--regimes', 'a', '--out', 'D', '--holdout', 'stride==8'], 'give no --holdout'),

@@ -81,10 +81,10 @@ def test_a_law_is_judged_against_a_constant_and_a_zero_delta():
 # -----------------------------------------------------------------------------
 # the adviser: fit_law.py --advise
 
-def synthetic_fit(size_rho):
+def synthetic_fit(size_rho, beats_nulls=True):
     """A fit.json whose joint law is known: the dense law plus size_rho * log(rho) on the size term (negative: more
     total parameters help), fitted (as it were) on dense and X-MoD runs of three layouts at widths 64-192, T=128,
-    1-4M tokens, with 50 bootstrap samples scattered 1% around it."""
+    1-4M tokens, with 50 bootstrap samples scattered 1% around it; its held-out test beat both nulls or not."""
     import torch
 
     import xmod
@@ -107,7 +107,7 @@ def synthetic_fit(size_rho):
     names = ['a', 'alpha', 'b', 'beta', 'e', 'size_rho']
     return dict(metric='val_loss_causal', runs=rows, joint=dict(
         fitted=True, terms=['size_rho'], coefficients={n: dict(value=v) for n, v in zip(names, theta)},
-        bootstrap=dict(n=50, n_valid=50, samples=samples)))
+        bootstrap=dict(n=50, n_valid=50, samples=samples), heldout=dict(configuration=dict(beats_null=beats_nulls))))
 
 
 def test_the_adviser_picks_the_configuration_the_law_favours(tmp_path, capsys):
@@ -118,6 +118,8 @@ def test_the_adviser_picks_the_configuration_the_law_favours(tmp_path, capsys):
     (tmp_path / 'bad').mkdir()
     json.dump(synthetic_fit(-0.2), open(tmp_path / 'good' / 'fit.json', 'w'))
     json.dump(synthetic_fit(+0.2), open(tmp_path / 'bad' / 'fit.json', 'w'))
+    (tmp_path / 'null').mkdir()
+    json.dump(synthetic_fit(-0.2, beats_nulls=False), open(tmp_path / 'null' / 'fit.json', 'w'))
     flops = 3 * 1.86e6 * 2e6                                 # the 4-layer dense model at width 128 for 2M tokens
     assert fit_law.main(['--advise', str(tmp_path / 'good'), f'--flops={flops}', '--json']) == 0
     out = json.loads(capsys.readouterr().out)
@@ -131,6 +133,12 @@ def test_the_adviser_picks_the_configuration_the_law_favours(tmp_path, capsys):
     text = capsys.readouterr().out
     assert text.strip().endswith('best: dense: no routing configuration is predicted to beat it')
     assert '| xmod s4 | 0.1250 | DrrrDrrrDrrr |' in text
+    # a law that did not beat its nulls held out: said first, and its intervals labelled conditional on it
+    assert fit_law.main(['--advise', str(tmp_path / 'null'), f'--flops={flops}']) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f'{tmp_path / "null" / "fit.json"}: the joint law did not beat its nulls')
+    assert '(configuration: no)' in text
+    assert 'Delta against dense [95%, if the law holds]' in text and 'best: if the law holds' in text
     code = fit_law.main(['--advise', str(tmp_path / 'good'), f'--flops={flops * 100}'])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and 'tokens' in err and 'outside' in err

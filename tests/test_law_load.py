@@ -1,5 +1,5 @@
 """
-Tests for law/load.py, what fit_law.py and lr_sweep.py read: run folders found and checked against train.py's
+Tests for law/load.py, what fit_law.py (its laws and its --lr table) reads: run folders found and checked against train.py's
 contract, sparse runs paired with FLOP-matched dense partners, --holdout filters, the variants named, bad input
 refused in one line (exit 2) or skipped with a warning. Mostly through fit_law.py's command line, as users meet it.
 """
@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-import lr_sweep
+import fit_law
 from law import report
 from law.load import load_runs, mark_heldout, pair_runs
 from law_runs import cli, make_run, make_sweep, run_main, tiny_sweep
@@ -162,12 +162,12 @@ def test_the_same_run_in_two_sweeps_is_read_once(tmp_path, capsys):
 
 
 def test_runs_on_two_corpora_are_refused(tmp_path, capsys):
-    """A law, a pairing or a rate table mixes no corpora: fit_law.py and lr_sweep.py name both and their counts."""
+    """A law, a pairing or a rate table mixes no corpora: fit_law.py and its --lr table name both and their counts."""
     root = tiny_sweep(tmp_path / 'runs')
     make_run(root, 'dense_code', seed=7, dataset='pycode')
     code, err = run_main(capsys, root, '--out', str(tmp_path / 'out'))
     assert code == 2 and 'runs on 2 corpora' in err and 'pycode: 1' in err and len(err.strip().splitlines()) == 1
-    assert lr_sweep.main([root, '--out', str(tmp_path / 'lr')]) == 2
+    assert fit_law.main(['--lr', root, '--out', str(tmp_path / 'lr')]) == 2
     assert 'pycode: 1' in capsys.readouterr().err and not (tmp_path / 'out').exists()
 
 

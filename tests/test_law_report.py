@@ -81,34 +81,55 @@ def test_the_form_line_never_contradicts_itself():
     assert all((t in kept) != (t in dropped) for t in sel['terms']), line     # each term kept or dropped, never both
 
 
-def conclusion_inputs(deltas_ref, deltas_other, gain, null_cv, law_cv):
+def conclusion_inputs(deltas_ref, deltas_other, gain, null_cv, law_cv, seeds=None, gain_ci=None):
     """A fit's result and runs as report.conclusion reads them: X-MoD pairs at the reference configuration (one a
-    seed) and elsewhere (stride 8)."""
+    seed, or seeds[i]) and elsewhere (stride 8)."""
     m = 'val_loss_causal'
     dense = dict(params_total=787_584, loss={m: 1.60})
+    seeds = seeds or list(range(len(deltas_ref + deltas_other)))
     runs = [dict(variant='xmod', heldout=False, stride=4 if i < len(deltas_ref) else 8, T=128, tokens=2_000_000,
-                 seed=i, partner=dense, loss={m: 1.60 + d}) for i, d in enumerate(deltas_ref + deltas_other)]
+                 seed=seeds[i], partner=dense, loss={m: 1.60 + d}) for i, d in enumerate(deltas_ref + deltas_other)]
     runs.append(dict(variant='dense', heldout=False, partner=None, loss={m: 1.60}))
     metrics = dict(seed_noise=dict(delta_std=0.01), cv=dict(delta_rmse=law_cv),
                    budget_forms={'constant Delta (null)': dict(cv_rmse=null_cv)})
-    rel = dict(coefficients={'capacity_gain': dict(value=gain)}, active_terms=list(fit_law.BASE_TERMS))
+    lo, hi = gain_ci or (None, None)
+    rel = dict(coefficients={'capacity_gain': dict(value=gain, ci_low=lo, ci_high=hi)},
+               active_terms=list(fit_law.BASE_TERMS), n_pairs=len(runs) - 1)
     result = dict(metric=m, relative=dict(s0=4, T0=128, D0=2_000_000, N0=787_584),
                   by_metric={m: dict(metrics=metrics, relative=rel)})
     return result, runs
 
 
 def test_summary_opens_with_its_conclusion_in_words():
-    """X-MoD behind at the reference pair by the mean over seeds ± one standard error, the mean over all pairs, the
-    gain's sign read out, and whether any term beats a constant Delta left out; ahead and within noise said so."""
-    result, runs = conclusion_inputs([0.008, 0.012, 0.010], [0.02], gain=-0.009, null_cv=0.011, law_cv=0.015)
+    """X-MoD behind at the reference pair by the mean over seeds ± one standard error with its t interval, the mean
+    over all pairs, the gain's sign read out, and whether any term beats a constant Delta left out; ahead and an
+    interval that includes zero said so."""
+    result, runs = conclusion_inputs([0.008, 0.012, 0.010], [0.02], gain=-0.009, null_cv=0.011, law_cv=0.015,
+                                     gain_ci=(-0.012, -0.006))
     text = report.conclusion(result, runs)
-    assert 'X-MoD is behind its FLOP-matched dense model by 0.0100 (Delta = +0.0100 ± 0.0012' in text
-    assert 'over 3 pairs, seeds 0, 1, 2' in text and 'within two standard errors' not in text
+    assert ('X-MoD is behind its FLOP-matched dense model by 0.0100 (Delta = +0.0100 ± 0.0012, 95% t(2) '
+            '[+0.0050, +0.0150]') in text
+    assert 'from 3 pairs in 3 seeds (one pair per seed), seeds 0, 1, 2' in text and 'includes zero' not in text
     assert 'Over all 4 fitted pairs Delta averages +0.0125' in text
-    assert 'capacity_gain is -0.009: negative, so X-MoD is behind' in text
+    assert 'capacity_gain is -0.009 (95% bootstrap [-0.012, -0.006]): negative, so X-MoD is behind' in text
     assert 'No term beats a constant Delta held out' in text and 'RMSE 0.0110, the fitted law' in text
     result, runs = conclusion_inputs([-0.004, 0.001], [], gain=0.002, null_cv=0.02, law_cv=0.01)
     text = report.conclusion(result, runs)
     assert 'ahead of its FLOP-matched dense model by 0.0015 (Delta = -0.0015' in text
-    assert 'within two standard errors of zero' in text and 'positive, so X-MoD is ahead' in text
+    assert 'the interval includes zero' in text and 'positive, so X-MoD is ahead' in text
+    assert 'capacity_gain is +0.002 (no interval' in text
     assert 'predicts left-out configurations better than a constant Delta: RMSE 0.0100 against 0.0200' in text
+
+
+def test_the_headline_says_how_much_evidence_it_rests_on():
+    """One pair: its difference, no interval and no verdict. Pairs that share a seed (WSD branches reuse the seeds of
+    the cosine runs) are one unit: the interval is over seed means, with the seeds' degrees of freedom."""
+    result, runs = conclusion_inputs([0.0072], [], gain=-0.007, null_cv=0.011, law_cv=0.015)
+    text = report.conclusion(result, runs)
+    assert 'there is one pair (seed 0)' in text and 'no interval' in text and 'behind' not in text.split('.')[0]
+    deltas, seeds = [0.010, 0.014, 0.006, 0.002, 0.008], [0, 1, 2, 0, 1]
+    result, runs = conclusion_inputs(deltas, [], gain=-0.007, null_cv=0.011, law_cv=0.015, seeds=seeds)
+    text = report.conclusion(result, runs)
+    means = [np.mean([0.010, 0.002]), np.mean([0.014, 0.008]), 0.006]
+    assert f'by {np.mean(means):.4f}' in text and '95% t(2)' in text
+    assert 'from 5 pairs in 3 seeds (2 pair(s) share a seed with another' in text
