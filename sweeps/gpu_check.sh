@@ -41,7 +41,7 @@
 #   bench       35 s        bench.py at width 128, T=1024, bf16, eager: train, causal eval, decode at batch 1
 #   bench_768  140 s        a d=768 12-layer dense model and its 36-layer X-MoD, T=1024, train phase, eager (MFU)
 #                           then compiled (fullgraph, cold: 75-140 s for the X-MoD): whatever the deadline leaves,
-#                           about 225 - 112 - 35 - 25 = 53 s expected; bench.py writes each row as it finishes
+#                           about 225 - 112 - 30 - 25 = 58 s expected; bench.py writes each row as it finishes
 # Arithmetic against 240 s: expected 7 + 105 + 30 + 25 = 167 s before bench_768, which gets the 58 s left to 225;
 # at every limit the steps before it take 30 + 130 + 35 + 35 = 230 > 225, and bench_768 is skipped. A larger
 # GPU_CHECK_BUDGET (seconds) gives bench_768's compiled rows their time.

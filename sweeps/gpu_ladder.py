@@ -27,8 +27,9 @@ seconds, 186 s on the 12 slots the 512 runs leave of PER_GPU = 20. The 512 runs 
 15 s of start = 200 s for the sweep, 30 s for the analysis and packing, against the 320 s the script gives the sweep
 (360 less 10 s of kill grace and 30 s of analysis). At 1.2e14 FLOP/s (12% MFU) the sweep would need about 300 s; below
 that the deadline stops it, and the analysis reads the runs that finished (run.json's finished) and says which.
-The 512 runs use 2 micro-batches of 256 x 128 tokens (gradient accumulation) to keep each run's activations near
-5 GB, about 100 GB in all for 12 at once with the smaller runs beside them, of the H200's 139 GiB.
+The 512 runs use 2 micro-batches of 256 x 128 tokens (gradient accumulation): the tensors saved for backward in bf16
+(bench.saved_bytes, measured on the CPU) are 4.4 GB for dense, 8.5 for X-MoD s4 and 5.8 for s2 a run, 75 GB for the
+12 at once, with the smaller runs and 20 CUDA contexts beside them about 100 GB of the H200's 139 GiB.
 """
 import os
 import runpy
@@ -64,7 +65,7 @@ def rates(width):
 def arms(width):
     """(arm, the builder of its run at this width): dense, X-MoD stride 4 and stride 2, FLOP-matched."""
     rows = T * 32 * (width // WIDTHS[0]) ** 2             # tokens a step: x4 per doubling of width
-    accum = 2 if width >= 512 else 1                      # 2 micro-batches at 512: activations near 5 GB a run
+    accum = 2 if width >= 512 else 1                      # 2 micro-batches at 512: 4-9 GB of activations a run
     run, dense, xmod = small['builders'](tokens_per_iter=rows, width=width, tokens=rows * STEPS, block_size=T)
     kw = dict(n_head=width // HEAD, gradient_accumulation_steps=accum)
     return {'dense': lambda **k: dense(4, **kw, **k),

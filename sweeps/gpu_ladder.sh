@@ -25,6 +25,7 @@ if [ "${GPU_LADDER_SMOKE:-0}" = 1 ]; then
     BUDGET=${GPU_LADDER_BUDGET:-400}; SLOTS=""; export OMP_NUM_THREADS=1   # the sweep file's jobs, on the CPU
 else
     BUDGET=${GPU_LADDER_BUDGET:-360}
+    export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True   # 20 runs' allocators on one GPU: less fragmentation
     SLOTS="--gpus=0 --per_gpu=$("$PY" -c "import runpy; print(runpy.run_path('sweeps/gpu_ladder.py')['PER_GPU'])")"
 fi
 LOG="$OUT/sweep.txt"
