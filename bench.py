@@ -6,7 +6,7 @@ bench.py: the speed of X-MoD against its FLOP-matched dense model, every figure 
     python bench.py --json bench.json                # also write the table as a list of rows
     python bench.py --contention=True                # CPU settings, alone and beside one busy process
     python bench.py --contexts=128 --phases=train --profile=True   # and where each row's time goes
-    python bench.py --device=cuda --dtype=bfloat16 --compile=True --contexts=1024 --n_embd=768 --n_head=12 \
+    python bench.py --device=cuda --dtype=bfloat16 --compile=True --contexts=1024 --n_embd=768 --n_head=12 \\
                     --dense_layers=12 --batch_size=8
 
 Phases (tokens per second; ratio = this row's tokens/s over the reference's, so above 1 is faster; the reference
@@ -23,15 +23,16 @@ decode a dense model of xmod's total depth and width (the same parameters: `same
 against its naive one (whole model, train phase, at every T; and the layer phases, at the first T) and the dense
 model against a nanoGPT-shaped GPT (LayerNorm, learned positions; written below) at nanoGPT's CPU recipe shape
 (4 layers, 128 wide, batch 12 x 64) in the train phase.
-Rows are measured `rounds` times, interleaved across the rows that one ratio compares (one T, phase and reference:
-eager and compiled rows apart), and the median is kept: read the ratios, not the absolute figures, which move with
-the machine's load. --json is rewritten after each such group, so a run stopped by a time limit keeps every group
-measured before it (a compile that does not finish loses its own group only). `mem_MB`: the tensors saved for
-backward in one training step (activation memory; on CUDA, the peak allocated). `aten_calls`: aten op calls
-(torch.profiler's events named aten::, nested ones included, e.g. aten::linear and the aten::mm inside it),
-counted in one more, untimed measurement: per step (train, layer_train), per forward (eval_causal, layer_causal),
-per new token position of the batch (decode: the prompt's prefill spread over the new tokens). Machine-independent
-where timings are noisy; a compiled row counts the aten calls left outside its kernels.
+Rows are measured `rounds` times, the first right after the row's own warm-up (a compiled row's compile), the
+others interleaved across the rows that one ratio compares (one T, phase and reference: eager and compiled rows
+apart), and the median is kept: read the ratios, not the absolute figures, which move with the machine's load.
+--json is rewritten after every measurement, so a run stopped by a time limit keeps every row measured before it
+(a compile that does not finish loses its own row only); a row's `rounds` says how many rounds its figure holds.
+`mem_MB`: the tensors saved for backward in one training step (activation memory; on CUDA, the peak allocated).
+`aten_calls`: aten op calls (torch.profiler's events named aten::, nested ones included, e.g. aten::linear and the
+aten::mm inside it), counted in one more, untimed measurement: per step (train, layer_train), per forward
+(eval_causal, layer_causal), per new token position of the batch (decode: the prompt's prefill spread over the new
+tokens). Machine-independent where timings are noisy; a compiled row counts the aten calls left outside its kernels.
 """
 import json as jsonlib
 import os
@@ -288,6 +289,26 @@ def write_json(path, rows):
     os.replace(path + '.tmp', path)
 
 
+def row_of(r, group, peak):
+    """(the JSON row of r from the rounds measured so far, its ratio against its reference, against the same-depth
+    dense model, its line of the MFU table). A reference not measured yet gives a ratio of None."""
+    r['tokens_per_s'] = statistics.median(r['times'])
+
+    def ratio(model, impl='eager'):
+        ref = [q for q in group if q['model'] == model and q['impl'] == impl and q.get('times')]
+        return r['tokens_per_s'] / statistics.median(ref[0]['times']) if ref else None
+    vs = ratio(*r['ref'])
+    vs_same = ratio('same_depth') if r['phase'].startswith('decode') else None
+    row = dict(model=r['model'], stride=r['stride'], impl=r['impl'], T=r['T'], phase=r['phase'],
+               tokens_per_s=round(r['tokens_per_s'], 1), ratio_vs_dense=vs and round(vs, 3),
+               against=' '.join(r['ref']), aten_calls=r.get('aten_calls'), rounds=len(r['times']))
+    if r['phase'].startswith('decode'):
+        row['ratio_vs_same_depth_dense'] = vs_same and round(vs_same, 3)
+    if r['mem'] is not None:
+        row['mem_MB'] = round(r['mem'] / 2 ** 20, 1)
+    return row, vs, vs_same, model_flops(r, row, peak)
+
+
 def bench(argv):
     argv = list(argv)
     if '--json' in argv[:-1]:                            # `--json PATH` as well as `--json=PATH`
@@ -376,9 +397,10 @@ def bench(argv):
                              measure=timer('train', m, m, xr, yr, optimizer(m, dev), ctx, dev,
                                            cfg), mem=None))
 
-    # Rows are measured a group at a time: the rows a ratio compares (one T, phase and reference), warmed up (and
-    # compiled) once, then their rounds interleaved. The JSON is rewritten after each group, so a time limit loses
-    # at most the group in progress.
+    # Rows are measured a group at a time: the rows a ratio compares (one T, phase and reference). Each row is
+    # warmed up (and compiled) and timed once in turn, then the other rounds are interleaved across the group. The
+    # JSON is rewritten after every measurement, so a time limit loses only the row in progress (a compile that
+    # does not finish, its own row).
     groups = {}
     for r in rows:
         groups.setdefault((r['T'], r['phase'], r['ref']), []).append(r)
@@ -388,32 +410,26 @@ def bench(argv):
           f"{cfg.stride} FLOP-matched to {cfg.dense_layers} dense layers; median of {cfg.rounds} rounds")
     print("| model | impl | T | phase | tokens/s | ratio | against | vs same-depth dense | mem MB | aten calls |")
     print("|---|---|---|---|---|---|---|---|---|---|", flush=True)
+
+    def timed(r, group):
+        seconds, tokens = r['measure']()
+        r['times'].append(tokens / seconds)
+        if cfg.json:                  # the finished groups' rows, then this group's rows so far
+            write_json(cfg.json, out + [row_of(q, group, peak)[0] for q in group if q.get('times')])
+
     for group in groups.values():
         for r in group:
-            r['measure']()
+            r['measure']()                           # warm-up: a compiled row compiles here
             r['times'] = []
-        for _ in range(cfg.rounds):
+            timed(r, group)
+        for _ in range(cfg.rounds - 1):
             for r in group:
-                seconds, tokens = r['measure']()
-                r['times'].append(tokens / seconds)
+                timed(r, group)
         for r in group:
-            r['tokens_per_s'] = statistics.median(r['times'])
             r['aten_calls'], r['prof'] = aten_calls(r['measure'], cfg.new_tokens if r['phase'].startswith('decode')
                                                     else cfg.steps)
         for r in group:
-            def ratio(model, impl='eager'):
-                ref = [q for q in group if q['model'] == model and q['impl'] == impl]
-                return r['tokens_per_s'] / ref[0]['tokens_per_s'] if ref else None
-            vs = ratio(*r['ref'])
-            vs_same = ratio('same_depth') if r['phase'].startswith('decode') else None
-            row = dict(model=r['model'], stride=r['stride'], impl=r['impl'], T=r['T'], phase=r['phase'],
-                       tokens_per_s=round(r['tokens_per_s'], 1), ratio_vs_dense=vs and round(vs, 3),
-                       against=' '.join(r['ref']), aten_calls=r['aten_calls'])
-            if r['phase'].startswith('decode'):
-                row['ratio_vs_same_depth_dense'] = vs_same and round(vs_same, 3)
-            if r['mem'] is not None:
-                row['mem_MB'] = round(r['mem'] / 2 ** 20, 1)
-            line = model_flops(r, row, peak)
+            row, vs, vs_same, line = row_of(r, group, peak)
             mfu_lines += [line] if line else []
             out.append(row)
             r['row'] = row

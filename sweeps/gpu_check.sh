@@ -1,35 +1,50 @@
 #!/usr/bin/env bash
-# The GPU checklist (README, "On a GPU"): what only a GPU can show, in one script of at most 8 minutes on one
-# H100/H200-class GPU. Every step has its own time limit (475 s in all), prints its figure (one line, copied into
-# summary.txt), and the script goes on past a failed one.
+# The GPU checklist (docs/gpu.md): what only a GPU can show, in one script of at most 4 minutes on one H100/H200-class
+# GPU. Each step prints its figure (one line, copied into summary.txt), and the script goes on past a failed one.
 #
-#   bash sweeps/gpu_check.sh [OUT]           # OUT: results/gpu_check unless given
+#   bash sweeps/gpu_check.sh "$OUT"           # OUT: the folder that comes back; results/gpu_check unless given
 #   GPU_CHECK_SMOKE=1 bash sweeps/gpu_check.sh /tmp/smoke   # the same steps on the CPU at toy sizes (a test runs it)
 #
-# OUT ends with two files: summary.txt (each step's exit code, time, figure and last lines) and gpu_check.tar.gz
-# (every step's output, logs, run.json and JSON; no checkpoints), rewritten after each step, so a machine that
-# returns only a few files brings everything back, and a run cut short keeps the steps before the cut. The steps
-# work in a temporary folder, W in summary.txt: the tarball's root.
-# Needs data/shakespeare prepared (train.bin, val.bin, meta.pkl: on a machine without network they travel with the
-# working tree). Steps, with their limits on a GPU:
-#   preflight  15 s  versions (Python, torch, Triton, CUDA, driver), the GPU and its free memory, a C compiler and
-#                    Python.h for Triton, the test packages, the data: each missing thing on a line of its own.
-#                    Without a compiler, Triton or Python.h the compiled steps run eager; without data, the steps
-#                    that train are skipped
-#   precision  55 s  the tests marked `device` (pytest -m device) on cuda: bf16 and fp16 autocast for every family
-#                    and impl, float32 routers, naive == fast, one graph under compile, 2-process DDP (skipped below
-#                    2 GPUs)
-#   xmod      170 s  the Quickstart's X-MoD in bf16, compiled, 500 steps: step 0 evaluated eagerly, so the training
-#                    graph compiles first; the last evaluation compiles the top-k and causal evaluation graphs (Triton)
-#   dense      30 s  its FLOP-matched dense partner, the same 500 steps, eager (a compile would not fit the 8 minutes)
-#   ddp        25 s  20 X-MoD steps through torchrun + nccl, eager
-#   sample     30 s  sample.py with the KV cache on the X-MoD run; greedy cached == uncached in float32 with
-#                    --window=exact, 300 new tokens (past block_size both recompute the same window)
-#   bench      30 s  bench.py at width 128, T=1024, bf16, eager: train, causal eval, decode at batch 1
-#   bench_768  70 s  a d=768 12-layer dense model and its X-MoD, train phase, eager then compiled: MFU
-#   downstream 20 s  downstream.py (shakespeare_next_line) on the X-MoD run
-#   per_gpu    30 s  4 gpu_small runs at once on the one GPU (sweep.py --gpus=0 --per_gpu=4), eager, 1.6M tokens
-#                    each (about 100 steps), with --dry_run's FLOPs before: tokens/s per run when 4 share a GPU
+# OUT ends with two files: summary.txt (each step's exit code, time, limit, figure and last lines) and
+# gpu_check.tar.gz (every step's output, logs, run.json and JSON; no checkpoints), rewritten after each phase, so a
+# machine that returns only a few files brings everything back, and a run cut short keeps the phases before the cut.
+# The steps work in a temporary folder, W in summary.txt: the tarball's root.
+# Needs data/shakespeare prepared: train.bin, val.bin and meta.pkl are ignored by git, so on a machine without
+# network they must travel with the working tree (a tool that copies tracked and untracked files leaves them behind).
+#
+# One deadline: the steps end by BUDGET - 15 s (225 of 240 s), leaving the 10 s between a step's SIGTERM and its
+# SIGKILL (timeout -k 10) and the last pack inside BUDGET. Each step runs under the lesser of its own limit and the
+# time left; one with under 5 s left is skipped. Steps in one phase run at once, sharing the GPU (what they measure
+# is correctness, or is said to be shared below); the timed benchmarks run alone, last. Limits on a GPU (the H200's
+# first run in brackets, where one was measured):
+#   preflight   30 s  [7]   versions (Python, torch, Triton, CUDA, driver), the GPU and its free memory, a C compiler
+#                           and Python.h for Triton, the test packages, the data: each missing thing on a line.
+#                           Without a compiler, Triton or Python.h the compiled steps run eager; without data, the
+#                           steps that train are skipped
+#   phase A, at once (ends by 30 + 130 = 160 s at the limits; about 7 + 105 = 112 s expected):
+#     precision 60 s  [46]  the tests marked `device` (pytest -m device) on cuda: bf16 and fp16 autocast for every
+#                           family and impl, float32 routers, naive == fast, one graph under compile, 2-process DDP
+#                           (skipped below 2 GPUs)
+#     xmod     130 s  [103] the Quickstart's X-MoD in bf16, compiled, 500 steps, evaluated every 250: step 0 eagerly,
+#                           so the training graph compiles first; its log.csv's step-500 row times steps 250-500 alone,
+#                           after every compile (the top-k and causal evaluation graphs compile at step 250)
+#     then, one after another (30 + 30 + 45 = 105 s of limits):
+#     dense     30 s  [18]  its FLOP-matched dense partner, the same 500 steps, eager
+#     ddp       30 s  [25, killed] 20 X-MoD steps through torchrun + nccl, eager
+#     per_gpu   45 s        4 gpu_small runs at once on the one GPU (sweep.py --gpus=0 --per_gpu=4), eager, 1.6M
+#                           tokens each (about 100 steps), with --dry_run's FLOPs before: tokens/s per run when 4
+#                           share a GPU (beside phase A's compiles, which take CPU: a floor)
+#   phase B, at once (35 s):
+#     sample    35 s        sample.py with the KV cache on the X-MoD run; greedy cached == uncached in float32 with
+#                           --window=exact, 300 new tokens (past block_size both recompute the same window)
+#     downstream 25 s       downstream.py (shakespeare_next_line) on the X-MoD run
+#   bench       35 s        bench.py at width 128, T=1024, bf16, eager: train, causal eval, decode at batch 1
+#   bench_768  140 s        a d=768 12-layer dense model and its 36-layer X-MoD, T=1024, train phase, eager (MFU)
+#                           then compiled (fullgraph, cold: 75-140 s for the X-MoD): whatever the deadline leaves,
+#                           about 225 - 112 - 30 - 25 = 58 s expected; bench.py writes each row as it finishes
+# Arithmetic against 240 s: expected 7 + 105 + 30 + 25 = 167 s before bench_768, which gets the 58 s left to 225;
+# at every limit the steps before it take 30 + 130 + 35 + 35 = 230 > 225, and bench_768 is skipped. A larger
+# GPU_CHECK_BUDGET (seconds) gives bench_768's compiled rows their time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-results/gpu_check}
@@ -38,10 +53,12 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 W=$(mktemp -d)                                  # the steps write here; OUT gets summary.txt and the tarball
 trap 'rm -rf "$W"' EXIT
+mkdir -p "$W/sum"                               # each step's lines of summary.txt, joined in ORDER after a phase
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 rm -f "$OUT/gpu_check.tar.gz"
 DATA=data/shakespeare
+ORDER="preflight precision xmod dense ddp per_gpu sample downstream bench bench_768"
 
 if [ "${GPU_CHECK_SMOKE:-0}" = 1 ]; then        # CPU, toy sizes: checks the script itself, not a GPU
     DEV=cpu; TRAIN_ARGS="--device=cpu --dtype=bfloat16 --n_embd=32 --n_head=2 --block_size=32 --batch_size=4
@@ -50,13 +67,13 @@ if [ "${GPU_CHECK_SMOKE:-0}" = 1 ]; then        # CPU, toy sizes: checks the scr
     BENCH="--device=cpu --dtype=bfloat16 --contexts=40 --n_embd=32 --n_head=2 --steps=1 --rounds=1 --prompt=8
         --new_tokens=8 --extras=False --phases=train,decode_b1"
     BENCH_768="$BENCH --phases=train"; NEW_TOKENS=40; DDP_ITERS=2; NPROC_DEV=cpu
-    LIMIT_SCALE=6                                # the limits are the GPU's; a busy 2-core CPU is slower
-    SMOKE_DIR=${SMOKE_DATA:-}; SMOKE_DIR=${SMOKE_DIR#--data_dir=}; DATA=${SMOKE_DIR:-$DATA}
+    LIMIT_SCALE=8                                # the limits are the GPU's; a busy 2-core CPU running a phase's
+    SMOKE_DIR=${SMOKE_DATA:-}; SMOKE_DIR=${SMOKE_DIR#--data_dir=}; DATA=${SMOKE_DIR:-$DATA}   # steps at once is slower
     DOWNSTREAM="--device=cpu --next_line_items=20 --task_data=$SMOKE_DIR"; SHARE="--jobs=4"
     SHARE_RUNS="dict(data_dir='$SMOKE_DIR', device='cpu', compile=False, n_embd=32, n_head=2, block_size=32, batch_size=4,
         eval_interval=3, eval_tokens=512, warmup_iters=2, dtype='bfloat16')"; SHARE_TOKENS=768
 else
-    DEV=cuda; TRAIN_ARGS="--max_iters=500 --eval_interval=500 --log_interval=50"; COMPILE=True; TESTS="-m device"
+    DEV=cuda; TRAIN_ARGS="--max_iters=500 --eval_interval=250 --log_interval=50"; COMPILE=True; TESTS="-m device"
     BENCH="--device=cuda --dtype=bfloat16 --contexts=1024 --rounds=2 --extras=False
         --phases=train,eval_causal,decode_b1"
     BENCH_768="--device=cuda --dtype=bfloat16 --contexts=1024 --rounds=2 --extras=False --n_embd=768 --n_head=12
@@ -65,28 +82,43 @@ else
     DOWNSTREAM="--device=cuda"; SHARE="--gpus=0 --per_gpu=4"
     SHARE_RUNS="dict(eval_interval=400, compile=False)"; SHARE_TOKENS=1_600_000
 fi
+SCALE=${LIMIT_SCALE:-1}
+BUDGET=$(( ${GPU_CHECK_BUDGET:-240} * SCALE ))
+START=$(date +%s)
+DEADLINE=$(( START + BUDGET - 15 ))             # a step's SIGKILL (10 s after its SIGTERM) and the last pack fit
 
-# step NAME LIMIT_S FIGURE COMMAND...: run COMMAND with a time limit, its output in NAME.txt; one summary line (exit
-# code, seconds), the figure (the last output line matching the extended regex FIGURE, or "none") and the last lines
+# step NAME LIMIT_S FIGURE COMMAND...: run COMMAND under the lesser of LIMIT_S and the time to the deadline, its
+# output in NAME.txt; its summary lines (exit code, seconds, limit; the figure, the last output line matching the
+# extended regex FIGURE, or "none"; the last lines) in sum/NAME. Safe to run in the background (`step ... &`).
 step() {
-    local name=$1 limit=$(( $2 * ${LIMIT_SCALE:-1} )) figure=$3; shift 3
+    local name=$1 limit=$(( $2 * SCALE )) figure=$3; shift 3
+    local left=$(( DEADLINE - $(date +%s) ))
+    [ "$left" -lt "$limit" ] && limit=$left
+    if [ "$limit" -lt 5 ]; then skip "$name" "deadline (${left}s left)"; return; fi
     local t0=$SECONDS
-    timeout "$limit" "$@" > "$W/$name.txt" 2>&1
+    timeout -k 10 "$limit" "$@" > "$W/$name.txt" 2>&1
     local rc=$?
     {   # paths in the work folder as the tarball holds them (W/...)
-        printf '%-10s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - t0))" "$*"
+        printf '%-10s rc=%-3s %4ss of %ss  %s\n' "$name" "$rc" "$((SECONDS - t0))" "$limit" "$*"
         printf '    figure: %s\n' "$(grep -E "$figure" "$W/$name.txt" | tail -1 | grep . || echo none)"
         tail -3 "$W/$name.txt" | sed 's/^/    /'
-    } | sed "s|$W|W|g" | cut -c1-200 >> "$SUMMARY"
-    pack
+    } | sed "s|$W|W|g" | cut -c1-200 > "$W/sum/$name"
 }
 skip() {   # skip NAME WHY: a step that cannot run here, said in the summary
-    printf '%-10s rc=%-3s %4ss  skipped: %s\n    figure: none\n' "$1" skip 0 "$2" >> "$SUMMARY"
+    printf '%-10s rc=%-3s %4ss  skipped: %s\n    figure: none\n' "$1" skip 0 "$2" > "$W/sum/$1"
 }
-pack() {   # everything so far into OUT/gpu_check.tar.gz (no checkpoints), replaced whole
-    tar czf "$OUT/gpu_check.tar.gz.tmp" -C "$W" --exclude='*.pt' --exclude='*.lock' --exclude='__pycache__' . \
-        2>/dev/null &&
-        mv "$OUT/gpu_check.tar.gz.tmp" "$OUT/gpu_check.tar.gz"
+collect() {   # the finished steps' lines into summary.txt in ORDER, then everything so far into the tarball
+    for s in $ORDER; do
+        if [ -f "$W/sum/$s" ]; then cat "$W/sum/$s" >> "$SUMMARY"; rm "$W/sum/$s"; fi
+    done
+    tar czf "$OUT/gpu_check.tar.gz.tmp" -C "$W" --exclude='*.pt' --exclude='*.lock' --exclude='__pycache__' \
+        --exclude='./sum' . 2>/dev/null && mv "$OUT/gpu_check.tar.gz.tmp" "$OUT/gpu_check.tar.gz"
+}
+bench_rows() {   # bench_rows NAME: the rows its JSON holds, one summary line each (they survive a killed step)
+    [ -f "$W/$1.json" ] && "$PY" -c "import json, sys
+for r in json.load(open(sys.argv[1])):
+    print(f\"    row: {r['model']} {r['impl']} T={r['T']} {r['phase']}: {r['tokens_per_s']:,.0f} tokens/s, ratio \"
+          f\"{r['ratio_vs_dense']}, mfu {r.get('mfu', '-')}, {r['rounds']} round(s)\")" "$W/$1.json" >> "$W/sum/$1"
 }
 
 cat > "$W/preflight.py" <<'PYEOF'
@@ -129,43 +161,18 @@ if dev == 'cuda':
         missing.append(f"{header}: Triton's launchers include it (the python3-dev package) [compile]")
 for f in ('train.bin', 'val.bin', 'meta.pkl'):
     if not os.path.isfile(os.path.join(data, f)):
-        missing.append(f"{os.path.join(data, f)}: carry data/shakespeare with the working tree (README, On a GPU) "
-                       f"[data]")
+        missing.append(f"{os.path.join(data, f)}: carry data/shakespeare with the working tree (docs/gpu.md) [data]")
 for m in missing:
     print(f"missing: {m}")
 print(f"preflight: {len(missing)} missing")
 PYEOF
-step preflight 15 '^preflight: ' "$PY" "$W/preflight.py" "$DEV" "$DATA"
-if grep -q '^missing: .*\[compile\]' "$W/preflight.txt"; then
-    COMPILE=False; echo "    the compiled steps run eager: no toolchain for Triton" >> "$SUMMARY"
+step preflight 30 '^preflight: ' "$PY" "$W/preflight.py" "$DEV" "$DATA"
+if grep -qs '^missing: .*\[compile\]' "$W/preflight.txt"; then
+    COMPILE=False; echo "    the compiled steps run eager: no toolchain for Triton" >> "$W/sum/preflight"
 fi
-NODATA=$(grep -c '^missing: .*\[data\]' "$W/preflight.txt")
+NODATA=$(grep -cs '^missing: .*\[data\]' "$W/preflight.txt")     # none said when the preflight was skipped
+collect
 
-step precision 55 ' passed| failed| error' env XMOD_TEST_DEVICE=$DEV "$PY" -m pytest -q tests $TESTS -p no:cacheprovider
-for model in xmod dense; do
-    if [ "$NODATA" != 0 ]; then skip "$model" "no data"; continue; fi
-    c=$([ $model = xmod ] && echo $COMPILE || echo False)
-    step "$model" $([ $model = xmod ] && echo 170 || echo 30) '^done: |^step +[0-9]+: ' \
-        "$PY" train.py --model=$model --compile=$c $TRAIN_ARGS --out_dir="$W/run_$model" --overwrite=True
-done
-BACKEND=$([ "$NPROC_DEV" = cuda ] && echo nccl || echo gloo)
-if [ "$NODATA" != 0 ]; then skip ddp "no data"; else
-    step ddp 25 '^done: ' "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 train.py --model=xmod \
-        --backend=$BACKEND $TRAIN_ARGS --max_iters=$DDP_ITERS --eval_interval=$DDP_ITERS --out_dir="$W/run_ddp" \
-        --overwrite=True
-fi
-if [ ! -f "$W/run_xmod/ckpt.pt" ]; then skip sample "no X-MoD checkpoint"; else
-    step sample 30 '^greedy: ' bash -c "$PY sample.py --out_dir=$W/run_xmod --num_samples=1 \
-        --max_new_tokens=$NEW_TOKENS --device=$DEV && for c in True False; do $PY sample.py --out_dir=$W/run_xmod \
-        --num_samples=1 --max_new_tokens=$NEW_TOKENS --top_k=1 --use_cache=\$c --window=exact --dtype=float32 \
-        --device=$DEV > $W/greedy_\$c.txt || exit 1; done && cmp $W/greedy_True.txt $W/greedy_False.txt && \
-        echo 'greedy: cached == uncached, $NEW_TOKENS tokens in float32 with --window=exact'"
-fi
-step bench 30 '^\| xmod ' "$PY" bench.py $BENCH --json="$W/bench.json"
-step bench_768 70 '^\| xmod ' "$PY" bench.py $BENCH_768 --compile=$COMPILE --json="$W/bench_768.json"
-if [ ! -f "$W/run_xmod/ckpt.pt" ]; then skip downstream "no X-MoD checkpoint"; else
-    step downstream 20 '^shakespeare_next_line ' "$PY" downstream.py --out_dir="$W/run_xmod" $DOWNSTREAM
-fi
 # the first 4 runs of gpu_small (its rate grid's dense and X-MoD at width 256) at 1.6M tokens each, at once
 cat > "$W/per_gpu_sweep.py" <<PYEOF
 import runpy
@@ -173,12 +180,52 @@ spec = runpy.run_path('sweeps/gpu_small.py')
 name, common = 'gpu_check_per_gpu', spec['common']
 runs = [dict(r, max_tokens=$SHARE_TOKENS, **$SHARE_RUNS) for r in spec['runs'][:4]]
 PYEOF
-if [ "$NODATA" != 0 ]; then skip per_gpu "no data"; else
-    step per_gpu 30 '^per_gpu: ' bash -c "$PY sweep.py $W/per_gpu_sweep.py --out=$W/per_gpu --dry_run $SHARE && \
-        $PY sweep.py $W/per_gpu_sweep.py --out=$W/per_gpu $SHARE && for f in $W/per_gpu/*/log.csv; do \
-        tail -n1 \$f | awk -F, -v run=\$(basename \$(dirname \$f)) \
-        '{print \"per_gpu: \" run \" step \" \$1 \", \" \$6 \" tokens/s\"}'; done"
+BACKEND=$([ "$NPROC_DEV" = cuda ] && echo nccl || echo gloo)
+train() {   # train MODEL COMPILE LIMIT: the Quickstart's run of MODEL
+    step "$1" "$3" '^done: |^step +[0-9]+: ' "$PY" train.py --model="$1" --compile="$2" $TRAIN_ARGS \
+        --out_dir="$W/run_$1" --overwrite=True
+}
+# phase A: the device tests, the compiled X-MoD run, and (one after another) dense, ddp and per_gpu
+step precision 60 ' passed| failed| error' env XMOD_TEST_DEVICE=$DEV "$PY" -m pytest -q tests $TESTS \
+    -p no:cacheprovider &
+if [ "${NODATA:-0}" != 0 ]; then
+    for s in xmod dense ddp per_gpu; do skip $s "no data"; done
+else
+    train xmod "$COMPILE" 130 &
+    {
+        train dense False 30
+        step ddp 30 '^done: ' "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 train.py --model=xmod \
+            --backend=$BACKEND $TRAIN_ARGS --max_iters=$DDP_ITERS --eval_interval=$DDP_ITERS --out_dir="$W/run_ddp" \
+            --overwrite=True
+        step per_gpu 45 '^per_gpu: ' bash -c "$PY sweep.py $W/per_gpu_sweep.py --out=$W/per_gpu --dry_run $SHARE && \
+            $PY sweep.py $W/per_gpu_sweep.py --out=$W/per_gpu $SHARE && for f in $W/per_gpu/*/log.csv; do \
+            tail -n1 \$f | awk -F, -v run=\$(basename \$(dirname \$f)) \
+            '{print \"per_gpu: \" run \" step \" \$1 \", \" \$6 \" tokens/s\"}'; done"
+    } &
 fi
-pack
-echo "wrote $OUT: summary.txt and gpu_check.tar.gz"
+wait
+collect
+
+# phase B: what reads the X-MoD run's checkpoint
+if [ ! -f "$W/run_xmod/ckpt.pt" ]; then
+    skip sample "no X-MoD checkpoint"; skip downstream "no X-MoD checkpoint"
+else
+    step sample 35 '^greedy: ' bash -c "$PY sample.py --out_dir=$W/run_xmod --num_samples=1 \
+        --max_new_tokens=$NEW_TOKENS --device=$DEV && for c in True False; do $PY sample.py --out_dir=$W/run_xmod \
+        --num_samples=1 --max_new_tokens=$NEW_TOKENS --top_k=1 --use_cache=\$c --window=exact --dtype=float32 \
+        --device=$DEV > $W/greedy_\$c.txt || exit 1; done && cmp $W/greedy_True.txt $W/greedy_False.txt && \
+        echo 'greedy: cached == uncached, $NEW_TOKENS tokens in float32 with --window=exact'" &
+    step downstream 25 '^shakespeare_next_line ' "$PY" downstream.py --out_dir="$W/run_xmod" $DOWNSTREAM &
+    wait
+fi
+collect
+
+# the timed benchmarks, alone on the GPU; bench_768 last, with what the deadline leaves
+step bench 35 '^\| xmod ' "$PY" bench.py $BENCH --json="$W/bench.json"
+bench_rows bench
+collect
+step bench_768 140 '^\| xmod ' "$PY" bench.py $BENCH_768 --compile=$COMPILE --json="$W/bench_768.json"
+bench_rows bench_768
+collect
+echo "wrote $OUT: summary.txt and gpu_check.tar.gz ($(( $(date +%s) - START )) s)"
 cat "$SUMMARY"
