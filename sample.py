@@ -17,12 +17,13 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from configurator import UserError, autocast, configure, defaults_of, one_line, pick_device, run_main
+from configurator import UserError, configure, defaults_of, one_line, run_main
 from run_folder import load_model
+from train import autocast, pick_device
 from xmod import WINDOWS, layout_string
 
 # -----------------------------------------------------------------------------------------------------------------
-out_dir = 'out'             # the run folder holding ckpt.pt
+out_dir = 'out-xmod'        # the run folder holding ckpt.pt (train.py's for --model=xmod)
 start = '\n'                # the prompt: a string, or FILE:path to read it from a file
 num_samples = 3             # samples to print, each after the prompt
 max_new_tokens = 500        # tokens generated per sample
