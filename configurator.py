@@ -126,7 +126,8 @@ def usage(doc, defaults, source, files=True, model=None):
         with open(source, encoding='utf-8') as f:
             comments.update(key_comments(f.read().splitlines(), '='))
     width = max(len(f"--{k}={v!r}") for k, v in defaults.items()) if defaults else 0
-    how = '; a config file as a bare argument sets them too' if files else ''
+    how = '; a list key once per value' if any(type(v) in (list, tuple) for v in defaults.values()) else ''
+    how += '; a config file as a bare argument sets them too' if files else ''
     lines = [doc.strip(), '', f'options (--key=value or --key value; a bool alone is True{how}):']
     lines += [f"  {f'--{k}={v!r}':<{width}}  {comments.get(k, '')}".rstrip() for k, v in defaults.items()]
     return '\n'.join(lines)

@@ -58,7 +58,7 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 # -----------------------------------------------------------------------------------------------------------------
 # default config values: char-level Shakespeare, sized to finish in a few minutes on a laptop CPU
 # I/O
-out_dir = ''                # the run folder: log.csv, run.json, ckpt.pt ('' = out-<model>: out-xmod, out-dense, ...)
+out_dir = ''                # the run folder: log.csv, run.json, ckpt.pt ('' = out-<model>, e.g. out-xmod)
 eval_interval = 250         # evaluate, log a row and checkpoint every this many iterations (and at the end)
 eval_tokens = 65536         # size of the fixed validation set (0 = the whole val split), in whole batches; seconds on a CPU
 eval_iters = 0              # nanoGPT's knob: if > 0, the val set is eval_iters batches of batch_size windows instead

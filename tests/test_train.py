@@ -328,6 +328,7 @@ def test_ddp_two_processes_match_one(corpus, tmp_path):
                            timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]
         assert 'note: --gradient_accumulation_steps follows the world size: 2' in r.stdout
+        assert 'broadcast_buffers' not in r.stderr          # torch's deprecation warning, once per rank
         if iters == 1:
             assert all(torch.equal(a, b) for a, b in zip(thresholds(one), thresholds(two)))
         else:
@@ -351,17 +352,14 @@ def test_ddp_random_routing_draws_what_one_process_draws(corpus, tmp_path):
 
 @needs_devices(2)
 def test_ddp_bad_accumulation_is_refused_once(corpus, tmp_path):
-    """A --gradient_accumulation_steps the world size does not divide: every rank refuses it, rank 0 alone says so
-    (one line), and the folder stays empty. torchrun's failure report, some 40 lines printed after that line,
-    ends with it again (its root cause's message), where a reader of the terminal sees it."""
+    """A --gradient_accumulation_steps the world size does not divide: every rank refuses it before anything is
+    written, rank 0 in one line of its own (a rank other than 0 names itself), and the folder stays empty."""
     r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', TRAIN,
                         f'--data_dir={corpus}', *TINY, '--gradient_accumulation_steps=3', f'--out_dir={tmp_path}'],
                        capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
     assert r.returncode != 0
     ours = [line for line in (r.stdout + r.stderr).splitlines() if line.startswith('train.py: error')]
     assert len(ours) == 1 and 'not a multiple of the world size 2' in ours[0], r.stderr[-2000:]
-    last = [line.strip() for line in r.stderr.strip().splitlines()[-3:]]
-    assert f'traceback : {ours[0]}' in last, r.stderr[-2000:]
     assert os.listdir(tmp_path) == []
 
 
@@ -515,7 +513,7 @@ def bad_train(capsys, tmp_path):
     (['--batch_size=0'], ('batch_size',)),
     (['--max_iters=0'], ('budget',)),
     (['--device=tpu'], ('device',)),
-    (['--threads=-1'], ('--threads=-1', 'auto')),
+    (['--threads=-1'], ('--threads=-1', '>= 0')),
     (['--device=cpu', '--compile=True', '--cuda_graphs=True'], ('--cuda_graphs=True', 'CUDA device', 'here cpu')),
     (['--device=cpu', '--cuda_graphs=True'], ('--cuda_graphs=True', '--compile=True')),
 ])
@@ -999,6 +997,7 @@ def test_low_precision_on_a_cpu_without_its_instructions_says_it_is_slow(corpus,
         assert train.main(args + [f'--out_dir={tmp_path / str(lacks)}']) == 0
         lines = [line for line in capsys.readouterr().out.splitlines() if "8x float32's time or more" in line]
         assert len(lines) == said and all('bfloat16' in line for line in lines)
+    monkeypatch.undo()
     assert train.cpu_lacks_matrix_instructions('float32') is False
     assert train.cpu_lacks_matrix_instructions('bfloat16') in (True, False, None)
 
