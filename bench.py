@@ -48,8 +48,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import configurator  # configurator.peak_tflops: the name peak_tflops is a key here
-from configurator import UserError, autocast, configure, defaults_of, pick_device, run_main
+from configurator import UserError, configure, defaults_of, run_main
+from train import autocast, device_peak_tflops, pick_device
 from xmod import GPT, GPTConfig, flops_per_token, match_flops
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -73,7 +73,7 @@ extras = True             # also fast vs naive paths (MoE model; one routed laye
 contention = False        # instead: the train phase under each CPU setting, alone and beside one busy process
 profile = False           # also print each row's torch.profiler table (aten ops by self CPU time; train: forward, backward, optimizer ms a step; one measurement)
 json = ''                 # write the rows as JSON to this path (also: --json PATH)
-peak_tflops = 0.0         # the device's peak TFLOP/s for MFU (0 = by device name in bf16: configurator.PEAK_TFLOPS)
+peak_tflops = 0.0         # the device's peak TFLOP/s for MFU (0 = by device name in bf16: train.PEAK_TFLOPS)
 # -----------------------------------------------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
 VOCAB = 84
@@ -404,7 +404,7 @@ def bench(argv):
     groups = {}
     for r in rows:
         groups.setdefault((r['T'], r['phase'], r['ref']), []).append(r)
-    peak = configurator.peak_tflops(dev, cfg.dtype, cfg.peak_tflops)
+    peak = device_peak_tflops(dev, cfg.dtype, cfg.peak_tflops)
     out, mfu_lines = [], []
     print(f"device {dev} {cfg.dtype}, {torch.get_num_threads()} threads, n_embd {cfg.n_embd}, xmod stride "
           f"{cfg.stride} FLOP-matched to {cfg.dense_layers} dense layers; median of {cfg.rounds} rounds")

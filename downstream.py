@@ -35,8 +35,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from configurator import UserError, autocast, configure, defaults_of, one_line, pick_device, run_main
+from configurator import UserError, configure, defaults_of, one_line, run_main
 from run_folder import load_model, write_json
+from train import autocast, pick_device
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 

@@ -2,11 +2,11 @@
 sample.py: generate text from a trained run's checkpoint, with causal routing (no routed layer or expert looks at a
 position after the one being predicted), decoded with the run's own tokenizer (stored in the checkpoint).
 
-    python sample.py --out_dir=out
-    python sample.py --out_dir=out --start="ROMEO:" --num_samples=2 --max_new_tokens=300
-    python sample.py --out_dir=out --start=FILE:prompt.txt --temperature=0.7 --top_k=50
-    python sample.py --out_dir=out --max_new_tokens=2000 --window=exact   # past block_size: slide, recomputing
-    python sample.py --out_dir=out --show_routing=True     # also out/routing.png: which routed layers took each token
+    python sample.py --out_dir=out-xmod
+    python sample.py --out_dir=out-xmod --start="ROMEO:" --num_samples=2 --max_new_tokens=300
+    python sample.py --out_dir=out-xmod --start=FILE:prompt.txt --temperature=0.7 --top_k=50
+    python sample.py --out_dir=out-xmod --max_new_tokens=2000 --window=exact   # past block_size: slide, recomputing
+    python sample.py --out_dir=out-xmod --show_routing=True   # also routing.png there: which layers took each token
 
 Overrides are --key=value (or a config file), type-checked as in train.py. Exit code 2 on bad input (a missing or
 unreadable checkpoint, a prompt the tokenizer cannot encode), with a one-line message.
@@ -17,12 +17,13 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from configurator import UserError, autocast, configure, defaults_of, one_line, pick_device, run_main
+from configurator import UserError, configure, defaults_of, one_line, run_main
 from run_folder import load_model
+from train import autocast, pick_device
 from xmod import WINDOWS, layout_string
 
 # -----------------------------------------------------------------------------------------------------------------
-out_dir = 'out'             # the run folder holding ckpt.pt
+out_dir = 'out-xmod'        # the run folder holding ckpt.pt (train.py's for --model=xmod)
 start = '\n'                # the prompt: a string, or FILE:path to read it from a file
 num_samples = 3             # samples to print, each after the prompt
 max_new_tokens = 500        # tokens generated per sample

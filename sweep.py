@@ -30,7 +30,9 @@ folder and resumable (--init_from=auto): `sed -n "${SLURM_ARRAY_TASK_ID}p"` pick
 (sweeps/slurm_array.sh), `parallel` runs them over ssh. A sweep file that adds runs as others finish (the
 branches of cpu_wsd, the seeds of cpu_lr) gives those on a later call, once what they wait for is finished.
 """
+import contextlib
 import os
+import pickle
 import runpy
 import shlex
 import subprocess
@@ -42,8 +44,10 @@ from tqdm import tqdm
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import train  # noqa: E402  (train.DEFAULTS: its keys)
 from configurator import UserError, configure, defaults_of, run_main  # noqa: E402
-from run_folder import log_rows, run_state, running_elsewhere, sizes, train_config  # noqa: E402
+from run_folder import log_rows, run_state, running_elsewhere, sizes  # noqa: E402
+from xmod import GPTConfig  # noqa: E402
 
 # -----------------------------------------------------------------------------------------------------------------
 jobs = 0              # runs at a time (0 = the sweep file's `jobs`)
@@ -76,20 +80,20 @@ def command(run, common, out_dir, python=sys.executable, script=os.path.join(HER
     # auto: a finished run is left, an interrupted one resumed; a branch (init_from=PATH/ckpt_S.pt) does the same
     args = {**common, **{k: v for k, v in run.items() if k != 'name'}, 'out_dir': out_dir,
             'init_from': run.get('init_from', 'auto')}
-    return [python, script] + [f'--{k}={v}' for k, v in args.items()]
+    # a float as its shortest spelling to 12 digits: --min_lr=7.5e-05, not 7.500000000000001e-05
+    return [python, script] + [f'--{k}={v:.12g}' if type(v) is float else f'--{k}={v}' for k, v in args.items()]
 
 
 def run_flops(run, common, out_dir):
     """(training FLOPs of the run's whole budget, FLOPs still to train) as train.py counts them, from the config
-    alone (run_folder.sizes); None when its dataset's meta.pkl is not there to give the vocabulary."""
+    alone (run_folder.sizes): the vocabulary from the dataset's meta.pkl, or GPTConfig's when it is not prepared."""
     args = command(run, common, out_dir)[2:]
-    cfg, _ = train_config([a for a in args if not a.startswith('--init_from=')])
+    cfg, _ = configure([a for a in args if not a.startswith('--init_from=')], train.DEFAULTS, model=GPTConfig)
     folder = cfg.data_dir or os.path.join(HERE, 'data', cfg.dataset)
-    try:
+    meta = None
+    with contextlib.suppress(OSError):
         with open(os.path.join(folder, 'meta.pkl'), 'rb') as f:
-            meta = __import__('pickle').load(f)
-    except OSError:
-        return None
+            meta = pickle.load(f)
     _, tokens_per_iter, fpt, n_iters = sizes(cfg, meta)
     _, rows = log_rows(os.path.join(out_dir, 'log.csv'))
     done = int(rows[-1][0]) if rows else 0                      # the last logged step: where a resume starts
@@ -146,9 +150,9 @@ def sweep(argv):
         state = run_state(out_dir)
         if cfg.dry_run:
             flops = run_flops(r, common, out_dir)
-            total, left = (total + flops[0], left + flops[1]) if flops and total is not None else (None, None)
+            total, left = total + flops[0], left + flops[1]
             state = 'running' if state != 'finished' and running_elsewhere(out_dir) else state
-            print(f"{state:9s} {r['name']:32s} {f'{flops[0]:.3g}' if flops else '?':>8s} FLOPs "
+            print(f"{state:9s} {r['name']:32s} {f'{flops[0]:.3g}':>8s} FLOPs "
                   f"{' '.join(command(r, common, out_dir)[2:-2])}")
         if state != 'finished':
             todo.append((r, out_dir))
@@ -222,10 +226,14 @@ def sweep(argv):
     return 1 if failed else 0
 
 
+def duration(seconds):
+    """A time in the unit a reader wants: 14 s, 12 min, 3.5 h."""
+    return (f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else
+            f"{seconds / 3600:.1f} h")
+
+
 def flops_line(total, left, flops_per_s):
-    if total is None:
-        return "FLOPs: ? (a run's dataset is not prepared: its meta.pkl gives the vocabulary)"
-    when = (f"; at {flops_per_s:.3g} FLOP/s, {left / flops_per_s / 3600:.2f} h" if flops_per_s else
+    when = (f"; at {flops_per_s:.3g} FLOP/s, {duration(left / flops_per_s)}" if flops_per_s else
             "; --flops_per_s=X (what all jobs together sustain) turns it into hours")
     return (f"FLOPs: {total:.3g} in all, {left:.3g} left to train (3 x FLOPs/token x tokens, as run.json counts "
             f"them; evaluations not counted){when}")

@@ -1,15 +1,13 @@
 """
 train.py: train one model of any family (dense, mod, xmod, moe) on a CPU, one GPU, or several GPUs with DDP.
 
-    python train.py --model=xmod --stride=4                  # the default: char-level Shakespeare, minutes on a CPU
-    python train.py --model=dense                            # its FLOP-matched dense baseline (same data, same order)
+    python train.py --model=xmod --stride=4                  # the default: char-level Shakespeare, into out-xmod
+    python train.py --model=dense                            # its FLOP-matched dense baseline, into out-dense
     python train.py config/shakespeare_char_nanogpt.py       # a config file, then any --key=value on top
     torchrun --standalone --nproc_per_node=8 train.py config/openwebtext_xmod.py
 
 Configuration works as in nanoGPT: the defaults below, then a config file (a path, or a name under config/), then
---key=value, each checked against its default's type. `python train.py --help` lists every key. A loss coefficient
-has its loss's name (log.csv's column); the old names still work (run_folder.RENAMED): --router_aux is --router_bce,
---balance --depth_balance, --moe_aux --moe_balance, and --router_bce=raw|centred (the old mode) --bce_logits.
+--key=value, each checked against its default's type. `python train.py --help` lists every key.
 
 Sizing: dense_layers is the depth of the dense baseline that a sparse run is FLOP-matched to. model=dense uses
 n_layer (0 = dense_layers); mod/xmod with match_flops=True solve depth and capacity so that forward FLOPs/token are
@@ -20,48 +18,47 @@ ckpt.pt (atomic, at every evaluation), ckpt_S.pt (a kept copy of step S, --save_
 exactly where a run stopped. The learning-rate schedule is fixed when a run starts: resuming with a larger budget
 extends it at min_lr. --init_from=PATH/ckpt_S.pt branches a new run (its own out_dir, budget and schedule) from a
 kept step: one long warmup-stable-decay run gives every shorter budget by branching at that budget's cooldown.
-Read it top to bottom, as nanoGPT's: the settings; the config and how the run starts (scratch, resume or a branch,
-decided by run_folder.open_run); the data; the model and its optimizer; the schedule and evaluation; run.json and
-checkpoints; the loop (train_run; one optimizer step is train_step). What other scripts need of a run (its keys,
-its plan) is in run_folder.py.
+Read `train` top to bottom, as nanoGPT's train.py: the settings, the data, the model and its optimizer, how the run
+starts (scratch, resume, auto or a branch), the loop. What other scripts share of a run (checkpoints, log.csv,
+run.json, its plan) is in run_folder.py.
 Exit codes: 0 done (or stopped by stop_iter); 2 bad input (one line on stderr, nothing on disk touched);
 3 the loss became NaN or inf (the last good checkpoint is kept); 130 interrupted.
 """
+import contextlib
+import csv
+import dataclasses
+import difflib
+import glob
+import inspect
+import io
 import math
 import os
+import pickle
 import random
+import subprocess
 import sys
 import time
 import types
 import warnings
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # xmod.py, configurator.py and data/ live here
-import configurator  # configurator.peak_tflops: the name peak_tflops is a key here
-import run_folder  # checkpoints, log.csv, run.json; the checks of a config, finding the data
+import run_folder  # checkpoints, log.csv, run.json, the run's plan
 import xmod
-from configurator import (
-    LossDiverged,
-    UserError,
-    autocast,
-    configure,
-    cpu_lacks_matrix_instructions,
-    one_line,
-    pick_device,
-    run_main,
-)
-from run_folder import cooldown_start, eval_starts, open_split, read_windows, sizes  # the run's plan and data
+from configurator import LossDiverged, UserError, configure, defaults_of, one_line, run_main
+from run_folder import eval_starts, open_split, read_windows, sizes
 from xmod import GPT, GPTConfig
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
 
 # -----------------------------------------------------------------------------------------------------------------
 # default config values: char-level Shakespeare, sized to finish in a few minutes on a laptop CPU
 # I/O
-out_dir = 'out'             # the run folder: log.csv, run.json, ckpt.pt
+out_dir = ''                # the run folder: log.csv, run.json, ckpt.pt ('' = out-<model>, e.g. out-xmod)
 eval_interval = 250         # evaluate, log a row and checkpoint every this many iterations (and at the end)
 eval_tokens = 65536         # size of the fixed validation set (0 = the whole val split), in whole batches; seconds on a CPU
 eval_iters = 0              # nanoGPT's knob: if > 0, the val set is eval_iters batches of batch_size windows instead
@@ -107,77 +104,312 @@ device = ''                 # '' = auto: cuda, then mps, then cpu
 dtype = ''                  # '' = auto: bfloat16 autocast on CUDA (float16 without bf16 support), float32 elsewhere
 compile = False             # torch.compile: on a GPU; on a CPU, only long runs gain (docs/speed.md)
 cuda_graphs = False         # with compile: the training step replayed from CUDA graphs (reduce-overhead); CUDA only
-peak_tflops = 0.0           # the GPU's peak TFLOP/s for log.csv's mfu (0 = by device name, configurator.PEAK_TFLOPS)
+peak_tflops = 0.0           # the GPU's peak TFLOP/s for log.csv's mfu (0 = by device name, train.PEAK_TFLOPS)
 backend = ''                # DDP backend, '' = nccl on GPU, gloo on CPU
-threads = 0                 # CPU threads; 0 = the cores other processes leave free, looked at every 2 s (docs/speed.md)
+threads = 0                 # CPU threads for the whole run (0 = torch's default; sweep.py sets one per job)
 seed = 1337                 # initial weights, data order and dropout
 # -----------------------------------------------------------------------------------------------------------------
-DEFAULTS = run_folder.train_defaults(globals())    # the settings above, then GPTConfig's fields
+DEFAULTS = defaults_of(globals(), GPTConfig, skip=('vocab_size',))   # the settings above, then GPTConfig's fields
 
 
 # -----------------------------------------------------------------------------------------------------------------
-# the config and how the run starts, processes, device, data, the model's shape and budget
+# devices: what --device and --dtype become (sample.py, downstream.py and bench.py use these too)
 
-def setup_run(argv, lock=None):
-    """Everything decided before anything is written: the config and how the run starts (run_folder.open_run:
-    scratch, resume, auto, a branch; the folder's lock, --overwrite), processes, device, data, model shape and
-    budget. Bad input raises UserError here, with nothing on disk touched. lock: the RunLock rank 0 takes (None: a
-    caller that only wants the resolved run, not to train it)."""
-    from_file = set()
-    cfg, explicit = configure(argv, DEFAULTS, doc=__doc__, source=__file__, from_file=from_file, model=GPTConfig,
-                              renamed=run_folder.new_key)
-    ddp = int(os.environ.get('RANK', -1)) != -1
-    rank, local_rank, world_size = 0, 0, 1
-    if ddp:
-        rank, local_rank, world_size = (int(os.environ[k]) for k in ('RANK', 'LOCAL_RANK', 'WORLD_SIZE'))
-    # The key's default (1) is one process's. Under torchrun without it, each rank runs one micro-batch (the global
-    # batch grows with the ranks, as in plain data parallelism) instead of every documented torchrun line stopping
-    # on "not a multiple of the world size". A resume or branch takes the run's own value from its checkpoint.
-    follows_world = world_size > 1 and 'gradient_accumulation_steps' not in explicit
-    if follows_world:
-        cfg.gradient_accumulation_steps = world_size
-    start = run_folder.open_run(cfg, explicit, DEFAULTS, world_size, lock if rank == 0 else None)  # only rank 0 writes
-    cfg, checkpoint = start.cfg, start.checkpoint
-    dev = pick_device(cfg.device, local_rank if ddp else None)
-    device_type = dev.split(':')[0]
-    if cfg.cuda_graphs and (device_type != 'cuda' or not cfg.compile):
-        raise UserError(f"--cuda_graphs=True captures the compiled training step in CUDA graphs: it needs "
-                        f"--compile=True and a CUDA device (here {dev}{'' if cfg.compile else ', compile=False'})")
-    if cfg.wandb_log and rank == 0:
+def pick_device(name, local_rank=None):
+    """'' picks cuda, then mps, then cpu; under DDP each rank takes cuda:local_rank."""
+    if not name:
+        name = 'cuda' if torch.cuda.is_available() else 'mps' if torch.backends.mps.is_available() else 'cpu'
+    kind, _, index = name.partition(':')
+    if kind not in ('cpu', 'cuda', 'mps'):
+        raise UserError(f"--device={name!r}: expected '' (auto) | cpu | cuda | cuda:N | mps")
+    if kind == 'cuda' and not torch.cuda.is_available():
+        raise UserError(f"--device={name}: no CUDA device is available (leave --device empty to pick one)")
+    if kind == 'mps' and not torch.backends.mps.is_available():
+        raise UserError(f"--device={name}: MPS is not available (leave --device empty to pick one)")
+    if kind == 'cuda' and local_rank is not None:
+        name, index = f'cuda:{local_rank}', str(local_rank)        # DDP: one GPU per rank
+    if kind == 'cuda' and not (index or '0').isdigit():
+        raise UserError(f"--device={name!r}: expected cuda or cuda:N")
+    if kind == 'cuda' and int(index or 0) >= torch.cuda.device_count():
+        raise UserError(f"device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+                        + (" (torchrun: --nproc_per_node at most that)" if local_rank is not None else ''))
+    return name
+
+
+DTYPES = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}
+
+
+def autocast(name, device_type, cuda_fallback='float16', choices=('',) + tuple(DTYPES)):
+    """--dtype -> (the dtype's name, the context forward passes run in: autocast to it, none for float32).
+    '' = auto: bfloat16 on a CUDA device that has it, cuda_fallback on one that lacks it, float32 elsewhere.
+    train.py falls back to float16, which its grad scaler keeps trainable (nanoGPT's choice); sample.py to float32,
+    since a model trained in another dtype need not fit float16's range."""
+    if name not in choices:
+        shown = ' | '.join(c or "'' (auto)" for c in choices)
+        raise UserError(f"--dtype={name!r}: expected {shown}")
+    dtype = name or ('float32' if device_type != 'cuda' else
+                     'bfloat16' if torch.cuda.is_bf16_supported() else cuda_fallback)
+    ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type=device_type, dtype=DTYPES[dtype])
+    return dtype, ctx
+
+
+# Dense (no sparsity) bf16/fp16 tensor-core peaks from NVIDIA's datasheets, TFLOP/s, for MFU: the first name that is
+# part of torch.cuda.get_device_name wins, so the more specific names come first. Datasheets quote "with sparsity",
+# twice these. Not in the table: pass --peak_tflops.
+PEAK_TFLOPS = (('H100 PCIe', 756.0), ('H100 NVL', 835.0), ('H200 NVL', 835.0), ('H100', 989.0), ('H200', 989.0),
+               ('H800', 989.0), ('B200', 2250.0), ('A100', 312.0), ('A800', 312.0), ('L40S', 362.0), ('L40', 181.0),
+               ('L4', 121.0), ('A10G', 70.0), ('A10', 125.0), ('RTX 4090', 165.0), ('RTX 3090', 71.0),
+               ('V100', 125.0), ('T4', 65.0))
+
+
+def device_peak_tflops(dev, dtype, override=0.0):
+    """The device's peak TFLOP/s for MFU: override when > 0, else PEAK_TFLOPS's for a CUDA device in bfloat16 or
+    float16; 0.0 when unknown (a CPU, float32, a device not in the table)."""
+    if override > 0:
+        return override
+    if not dev.startswith('cuda') or dtype not in ('bfloat16', 'float16'):
+        return 0.0
+    name = torch.cuda.get_device_name(dev)
+    return next((tflops for key, tflops in PEAK_TFLOPS if key in name), 0.0)
+
+
+def cpu_lacks_matrix_instructions(dtype):
+    """Whether this CPU multiplies dtype's matrices without instructions made for them (bfloat16: AVX512-BF16 or
+    AMX; float16: AVX512-FP16 or AMX-FP16, as oneDNN sees them). Without them torch falls back to a kernel that
+    takes 6-70x float32's time per matmul (docs/gpu.md). False for float32; None where this torch does not say."""
+    if dtype == 'float32':
+        return False
+    check = {'bfloat16': '_is_mkldnn_bf16_supported', 'float16': '_is_mkldnn_fp16_supported'}[dtype]
+    try:
+        return not getattr(torch.ops.mkldnn, check)()
+    except (AttributeError, RuntimeError):
+        return None
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# how a run starts: the checks of a config, resume and branch, the folder's claim, the data
+
+# Keys that describe this invocation, not the run: a resume takes them from the command line (or their defaults),
+# and every other key from the checkpoint unless the command line sets it.
+SESSION_KEYS = ('out_dir', 'init_from', 'overwrite', 'stop_iter', 'log_interval', 'device', 'dtype', 'compile',
+                'cuda_graphs', 'peak_tflops', 'backend', 'threads')
+LR_SCHEDULES = ('cosine', 'wsd', 'constant')
+# What fixes a run's evaluation set (eval_starts): a resume keeps them, so log.csv's losses are over one set
+EVAL_SET_KEYS = ('dataset', 'data_dir', 'block_size', 'eval_tokens', 'eval_iters', 'batch_size')
+
+
+def check_config(cfg, world_size, explicit):
+    """Ranges and combinations that no later step would report clearly. The model's own keys are GPTConfig's to
+    check: it is built here once, before the data is looked for (or prepared)."""
+    def need(ok, msg):
+        if not ok:
+            raise UserError(msg)
+    need(cfg.init_from in ('scratch', 'resume', 'auto') or cfg.init_from.endswith('.pt'),
+         f"--init_from={cfg.init_from!r}: expected scratch | resume | auto | PATH/ckpt_S.pt (a kept step to branch "
+         f"from)")
+    need(cfg.lr_schedule in LR_SCHEDULES, f"--lr_schedule={cfg.lr_schedule!r}: expected {' | '.join(LR_SCHEDULES)}")
+    need(0 <= cfg.cooldown_frac <= 1, f"--cooldown_frac={cfg.cooldown_frac}: expected a fraction in [0, 1]")
+    need(all(x.strip().isdigit() for x in cfg.save_steps.split(',')) if cfg.save_steps.strip() else True,
+         f"--save_steps={cfg.save_steps!r}: expected comma-separated step numbers, e.g. --save_steps=400,800")
+    for k in ('batch_size', 'gradient_accumulation_steps', 'eval_interval', 'log_interval', 'dense_layers'):
+        need(getattr(cfg, k) >= 1, f"--{k}={getattr(cfg, k)}: expected an integer >= 1")
+    for k in ('n_layer', 'eval_tokens', 'eval_iters', 'stop_iter', 'max_iters', 'max_tokens', 'max_flops',
+              'warmup_iters', 'min_lr', 'weight_decay', 'grad_clip', 'seed', 'threads'):
+        need(getattr(cfg, k) >= 0, f"--{k}={getattr(cfg, k)}: expected a number >= 0")
+    need(cfg.max_iters > 0 or cfg.max_tokens > 0 or cfg.max_flops > 0,
+         "no budget: set one of --max_iters, --max_tokens or --max_flops to a number > 0")
+    need(cfg.learning_rate > 0, f"--learning_rate={cfg.learning_rate}: expected a number > 0")
+    need(cfg.min_lr <= cfg.learning_rate or not cfg.decay_lr or cfg.lr_schedule == 'constant',
+         f"--learning_rate={cfg.learning_rate:g} is below --min_lr={cfg.min_lr:g}: the decay would rise "
+         f"{cfg.min_lr / cfg.learning_rate:.3g}x; set --min_lr too (about learning_rate/10)")
+    need(0 <= cfg.beta1 < 1 and 0 <= cfg.beta2 < 1, "--beta1 and --beta2: expected numbers in [0, 1)")
+    need(cfg.gradient_accumulation_steps % world_size == 0,
+         f"--gradient_accumulation_steps={cfg.gradient_accumulation_steps} is not a multiple of the world size "
+         f"{world_size}: it counts micro-batches over all ranks, each rank runs an equal share")
+    need(not (cfg.model == 'mod' and 'stride' in explicit and cfg.stride != 2),
+         f"--stride={cfg.stride} does nothing for --model=mod: MoD alternates dense and routed layers (stride 2); "
+         f"for an anchor every {cfg.stride} layers use --model=xmod --stride={cfg.stride}")
+    autocast(cfg.dtype, 'cpu')                                   # only its check of the name
+    try:
+        GPTConfig(**dict(run_folder.model_keys(cfg), n_layer=cfg.n_layer or cfg.dense_layers))
+    except ValueError as e:
+        raise UserError(one_line(e)) from None
+
+
+def resume_config(saved, cfg, explicit):
+    """The config of a resumed run or a branch: the checkpoint's, with this invocation's session keys and explicit
+    overrides; a resume must keep the run's evaluation set (log.csv would mix losses over two sets)."""
+    merged = dict(DEFAULTS)
+    merged.update({k: v for k, v in saved.items() if k in DEFAULTS})
+    for k in set(SESSION_KEYS) | explicit:
+        merged[k] = getattr(cfg, k)
+    return types.SimpleNamespace(**merged)
+
+
+def eval_set(c):
+    """The settings that decide the evaluation set, as comparable values (dataset counts only without data_dir,
+    eval_tokens only without eval_iters, batch_size only with it)."""
+    windows = ('eval_iters', c['eval_iters'], c['batch_size']) if c['eval_iters'] else ('eval_tokens',
+                                                                                          c['eval_tokens'])
+    return c['data_dir'] or ('dataset', c['dataset']), c['block_size'], windows
+
+
+def check_eval_set(saved, cfg):
+    """A resume that would evaluate on another set than the run's own is refused: log.csv would mix two sets."""
+    was = {k: saved.get(k, DEFAULTS[k]) for k in EVAL_SET_KEYS}
+    now = {k: getattr(cfg, k) for k in EVAL_SET_KEYS}
+    if eval_set(was) == eval_set(now):
+        return
+    changed = ', '.join(f"--{k}={now[k]!r} (the run's: {was[k]!r})" for k in EVAL_SET_KEYS if now[k] != was[k])
+    raise UserError(f"{changed} would change the evaluation set of the run in {cfg.out_dir}, and log.csv would mix "
+                    f"losses over two sets: resume with the run's own settings, or start a new run in another "
+                    f"--out_dir")
+
+
+def check_new_run(out_dir, overwrite, say=True):
+    """A new run into out_dir: refused when the folder holds a run, unless --overwrite or that run never reached its
+    first checkpoint (nothing to resume and nothing to keep: it is replaced, saying so unless say=False)."""
+    held = [f for f in run_folder.RUN_FILES if os.path.exists(os.path.join(out_dir, f))]
+    if held and not overwrite and run_folder.run_state(out_dir) == 'partial' and \
+            not os.path.exists(os.path.join(out_dir, 'ckpt.pt')):
+        if say:
+            print(f"{out_dir} holds a run that never reached its first checkpoint: replacing it")
+    elif held and not overwrite:
+        raise UserError(f"{out_dir} already holds a run ({', '.join(held)}): resume it with "
+                        f"--init_from=resume, pick another --out_dir, or replace it with --overwrite=True")
+
+
+def open_run(cfg, explicit, world_size, lock=None):
+    """How the run of this config starts, decided before anything is written (bad input raises UserError with the
+    folder as it was): (cfg, resume, checkpoint, branch). lock: rank 0's RunLock, taken here when a trainer has
+    written in out_dir before (claim makes the file otherwise).
+      scratch  a new run; refused when out_dir holds one, unless --overwrite or it never reached a checkpoint
+      resume   the checkpoint in out_dir, with its config (this command line's session keys and overrides on top)
+      auto     resume when out_dir has a checkpoint, else scratch
+      PATH/ckpt_S.pt  a branch: a new run in its own out_dir from that kept step, with its own budget; a branch whose
+               out_dir already holds its checkpoint continues it, like auto (sweep.py reruns its commands)"""
+    check_config(cfg, world_size, explicit)
+    if lock is not None:
+        lock.take(cfg.out_dir, create=False)
+    ckpt_path = os.path.join(cfg.out_dir, 'ckpt.pt')
+    branch_from = cfg.init_from if cfg.init_from.endswith('.pt') else None
+    own = run_folder.load_checkpoint(ckpt_path) if branch_from and os.path.exists(ckpt_path) else None
+    if (cfg.init_from == 'resume' or (cfg.init_from == 'auto' and os.path.exists(ckpt_path)) or
+            (own is not None and (own.get('branch_of') or {}).get('checkpoint') == branch_from and not cfg.overwrite)):
+        checkpoint = own or run_folder.load_checkpoint(ckpt_path)
+        cfg = resume_config(checkpoint['config'], cfg, explicit)
+        check_config(cfg, world_size, explicit)         # again: a resumed config comes from the checkpoint
+        check_eval_set(checkpoint['config'], cfg)
+        return cfg, True, checkpoint, checkpoint.get('branch_of')
+    checkpoint, branch = None, None
+    if branch_from:
+        if os.path.realpath(os.path.dirname(branch_from) or '.') == os.path.realpath(cfg.out_dir):
+            raise UserError(f"--init_from={branch_from}: a branch needs its own --out_dir (this one holds the run it "
+                            f"branches from)")
+        checkpoint = run_folder.load_checkpoint(branch_from,
+                                                missing='keep that step with --save_steps in the run it comes from')
+        cfg = resume_config(checkpoint['config'], cfg, explicit)
+        if 'save_steps' not in explicit:
+            cfg.save_steps = ''                          # the parent's branch points are not the branch's
+        check_config(cfg, world_size, explicit)
+        branch = {'checkpoint': branch_from, 'step': checkpoint['step']}
+    check_new_run(cfg.out_dir, cfg.overwrite)
+    return cfg, False, checkpoint, branch
+
+
+def truncate_log(path, last_step):
+    """On resume: drop the rows after the checkpoint's step (written after it, before the kill) and a torn last
+    line (a row cut mid-line: written whole, newline last). Returns the torn line's text, or None."""
+    header, rows = run_folder.log_rows(path)
+    if header is None:
+        return None
+    with open(path, 'rb') as f:
+        torn = rows.pop() if rows and not f.read().endswith(b'\n') else None
+    kept = [header] + [r for r in rows if len(r) == len(header) and r[0].isdigit() and int(r[0]) <= last_step]
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator='\n').writerows(kept)
+    run_folder.atomic_write(path, lambda f: f.write(buf.getvalue().encode()))
+    return None if torn is None else ','.join(torn)
+
+
+def find_data(cfg, ddp):
+    """(folder, meta) of the dataset; prepares the default one when it is missing."""
+    folder = cfg.data_dir or os.path.join(ROOT, 'data', cfg.dataset)
+    missing = [f for f in ('train.bin', 'val.bin', 'meta.pkl') if not os.path.isfile(os.path.join(folder, f))]
+    if missing and not cfg.data_dir and cfg.dataset == 'shakespeare' and not ddp:
+        print(f"{folder} is not prepared yet: preparing the char-level Shakespeare dataset now (once) ...")
+        from data.shakespeare.prepare import prepare
+        from data.tokenizers import DataError
         try:
-            import wandb  # noqa: F401  (imported only when asked for: not a dependency)
-        except ImportError:
-            raise UserError("--wandb_log=True needs the wandb package: pip install wandb") from None
-    dtype, ctx = autocast(cfg.dtype, device_type, cuda_fallback='float16')
-    if dtype == 'float16' and device_type not in ('cuda', 'cpu'):
-        raise UserError(f"--dtype=float16 needs a CUDA device or the CPU (its grad scaler), not {device_type} "
-                        f"(use float32 or bfloat16)")
+            prepare('char')
+        except (DataError, OSError) as e:
+            raise UserError(f"could not prepare the default dataset: {one_line(e)}") from None
+        missing = []
+    if missing and not cfg.data_dir and not os.path.isdir(folder):
+        known = sorted(d for d in os.listdir(os.path.join(ROOT, 'data'))
+                       if os.path.isdir(os.path.join(ROOT, 'data', d)) and not d.startswith(('_', '.')))
+        best = difflib.get_close_matches(cfg.dataset, known, n=1)
+        if best:
+            raise UserError(f"no dataset {cfg.dataset!r} (no folder data/{cfg.dataset}/); did you mean "
+                            f"--dataset={best[0]}?")
+    if missing:
+        script = os.path.join('data', cfg.dataset, 'prepare.py')
+        if cfg.data_dir:
+            how = f"python data/shakespeare/prepare.py --input=FILE --out_dir={cfg.data_dir}"
+        elif os.path.isfile(os.path.join(ROOT, script)):
+            how = f"python {script}"
+        else:
+            how = f"write train.bin and val.bin (uint16 token ids) and meta.pkl into data/{cfg.dataset}/"
+        raise UserError(f"dataset not ready: {folder} has no {', '.join(missing)}; prepare it with: {how}")
+    try:
+        with open(os.path.join(folder, 'meta.pkl'), 'rb') as f:
+            meta = pickle.load(f)
+        meta['vocab_size']
+    except Exception as e:
+        raise UserError(f"cannot read {os.path.join(folder, 'meta.pkl')}: {type(e).__name__}: {one_line(e)}") from None
+    return folder, meta
 
-    folder, meta = run_folder.find_data(cfg, ddp)
-    T = cfg.block_size
-    n_train, n_val = len(open_split(folder, 'train')), len(open_split(folder, 'val'))
-    for split, n in (('validation', n_val), ('training', n_train)):
-        if n < T + 1:
-            raise UserError(f"block_size={T} is larger than the {split} split ({n} tokens in {folder}): "
-                            f"lower --block_size")
-    if 'n_layer' in from_file and checkpoint is None and rank == 0:
-        run_folder.explain_n_layer(cfg)
-    mcfg, tokens_per_iter, fpt, n_iters = sizes(cfg, meta)
-    # the schedule's length is fixed when a run starts; a resumed run with a larger budget goes on at min_lr. A branch
-    # is a new run: its schedule follows its own budget
-    schedule_iters = start.schedule_iters(mcfg, n_iters)
-    starts = eval_starts(n_val, T, cfg.eval_iters * cfg.batch_size * T if cfg.eval_iters else cfg.eval_tokens,
-                         cfg.batch_size)
-    return types.SimpleNamespace(
-        cfg=cfg, start=start, gas_note=follows_world and checkpoint is None, ddp=ddp, rank=rank, local_rank=local_rank,
-        world_size=world_size, master=rank == 0, dev=dev, device_type=device_type, dtype=dtype, ctx=ctx, folder=folder,
-        meta=meta, n_train=n_train, n_val=n_val, mcfg=mcfg, tokens_per_iter=tokens_per_iter, fpt=fpt, n_iters=n_iters,
-        schedule_iters=schedule_iters, starts=starts,
-        save_steps={int(x) for x in cfg.save_steps.split(',') if x.strip()})
+
+def check_wandb(cfg):
+    """--wandb_log=True needs the wandb package and, unless WANDB_MODE keeps the run local, a login: checked before
+    anything is written, as any other bad input."""
+    try:
+        import wandb
+    except ImportError:
+        raise UserError("--wandb_log=True needs the wandb package: pip install wandb") from None
+    local = os.environ.get('WANDB_MODE', '') in ('offline', 'dryrun', 'disabled')
+    if not local and not os.environ.get('WANDB_API_KEY') and not getattr(getattr(wandb, 'api', None), 'api_key', None):
+        raise UserError("--wandb_log=True: wandb is not logged in: run `wandb login`, or set WANDB_MODE=offline "
+                        "to keep the run local (`wandb sync` uploads it later)")
+
+
+def rng_state():
+    """Every random generator's state, as plain values and tensors (so the checkpoint loads with weights_only)."""
+    name, key, pos, has_gauss, cached = np.random.get_state()
+    return {'python': random.getstate(), 'numpy': [name, key.tolist(), pos, has_gauss, cached],
+            'torch': torch.get_rng_state(),
+            'cuda': torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def set_rng_state(s):
+    random.setstate((s['python'][0], tuple(s['python'][1]), s['python'][2]))
+    name, key, pos, has_gauss, cached = s['numpy']
+    np.random.set_state((name, np.array(key, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(s['torch'])
+    if s['cuda'] and torch.cuda.is_available() and len(s['cuda']) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(s['cuda'])
+
+
+def git_commit():
+    try:
+        r = subprocess.run(['git', '-C', ROOT, 'rev-parse', 'HEAD'], capture_output=True, text=True, timeout=10)
+        return r.stdout.strip() if r.returncode == 0 else ''
+    except (OSError, subprocess.SubprocessError):
+        return ''
 
 
 # -----------------------------------------------------------------------------------------------------------------
-# data: batches are a pure function of (seed, step); the validation set is fixed (run_folder.eval_starts)
+# data, schedule, evaluation
 
 def batch_starts(seed, step, n_rows, n_tokens, T):
     """Start positions of the global batch of training step `step`: a pure function of (seed, step), so runs of
@@ -186,66 +418,6 @@ def batch_starts(seed, step, n_rows, n_tokens, T):
     rng = np.random.default_rng([seed, step])
     return rng.integers(0, n_tokens - T, size=n_rows)
 
-
-# -----------------------------------------------------------------------------------------------------------------
-# the model and its optimizer
-
-def build_model(run):
-    """The model, its optimizer and grad scaler, restored from the checkpoint when resuming; DDP joins the ranks
-    here, so all of them have passed the checks. Returns raw_model (the GPT), model (what evaluation calls:
-    compiled or not), ddp_model (what training calls: model, or with --cuda_graphs its own compile in CUDA graphs;
-    DDP-wrapped under DDP), optimizer and scaler."""
-    cfg, dev = run.cfg, run.dev
-    if run.ddp:
-        backend = cfg.backend or ('nccl' if run.device_type == 'cuda' else 'gloo')
-        if run.device_type == 'cuda':
-            torch.cuda.set_device(dev)          # before the process group, so nccl binds this rank's GPU
-        bound = {'device_id': torch.device(dev)} if backend == 'nccl' else {}
-        torch.distributed.init_process_group(backend=backend, **bound)
-    if run.device_type == 'cuda':
-        torch.set_float32_matmul_precision('high')    # TF32 matmuls for what autocast leaves in float32
-    random.seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)                    # the initial weights: a pure function of the seed
-    raw_model = GPT(run.mcfg)
-    with warnings.catch_warnings():                # step 0's causal eval runs before any calibration, by design:
-        warnings.simplefilter('ignore')            # the model's one look for uncalibrated thresholds is spent here
-        raw_model.warn_if_uncalibrated()
-    torch.manual_seed(cfg.seed + run.rank)         # dropout: its own stream per rank
-    ckpt = run.start.checkpoint
-    if ckpt is not None:
-        try:
-            raw_model.load_state_dict(run_folder.clean_state_dict(ckpt['model']))
-        except RuntimeError as e:
-            raise UserError(f"{run.start.ckpt_path}: the weights do not fit the model: {one_line(e)}") from None
-    raw_model.to(dev)
-    scaler = torch.amp.GradScaler(run.device_type, enabled=run.dtype == 'float16')
-    optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
-                                               run.device_type)
-    if ckpt is not None:
-        optimizer.load_state_dict(ckpt['optimizer'])
-        if ckpt.get('scaler'):
-            scaler.load_state_dict(ckpt['scaler'])
-        run_folder.set_rng_state(ckpt['rng'][run.rank] if run.rank < len(ckpt['rng']) else ckpt['rng'][0])
-    if cfg.compile:   # causal routing reads its padded count k_max from the data: captured, it stays in the graph
-        torch._dynamo.config.capture_scalar_outputs = True
-    model = torch.compile(raw_model) if cfg.compile else raw_model
-    # --cuda_graphs: the training step (top-k routing, static shapes) replayed from CUDA graphs; evaluation keeps the
-    # default mode (causal routing's sizes come from the data)
-    ddp_model = torch.compile(raw_model, mode='reduce-overhead') if cfg.cuda_graphs else model
-    if run.ddp:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        # MoD's plain gate leaves Router.gain out of the graph: DDP must be told some parameters get no gradient.
-        # broadcast_buffers=False: the RoPE tables and causal thresholds are the same on every rank by construction
-        # (calibrate gathers every rank's scores), and random routing's draw is each rank's own (set_draw)
-        unused = run.mcfg.gate == 'plain' and bool(raw_model.routed_layers())
-        ddp_model = DDP(ddp_model, device_ids=[run.local_rank] if run.device_type == 'cuda' else None,
-                        find_unused_parameters=unused, broadcast_buffers=False)
-    return raw_model, model, ddp_model, optimizer, scaler
-
-
-# -----------------------------------------------------------------------------------------------------------------
-# the schedule and evaluation
 
 def get_lr(cfg, it, schedule_iters):
     """Linear warmup, then over the iterations the run started with (schedule_iters):
@@ -260,7 +432,7 @@ def get_lr(cfg, it, schedule_iters):
     if not cfg.decay_lr or cfg.lr_schedule == 'constant':
         return cfg.learning_rate
     if cfg.lr_schedule == 'wsd':
-        start = cooldown_start(cfg, schedule_iters)
+        start = run_folder.cooldown_start(cfg, schedule_iters)
         if it < start:
             return cfg.learning_rate
         ratio = min(1.0, (it - start) / max(1, schedule_iters - start))
@@ -270,374 +442,400 @@ def get_lr(cfg, it, schedule_iters):
 
 
 
+
+
 @torch.no_grad()
-def evaluate(run, model, raw_model, routing):
-    """Mean losses and routing statistics over the fixed validation windows. Batches are dealt out to DDP ranks;
-    each batch is weighted by its rows, so the result does not depend on the world size. A rank with no batch runs
-    batch 0 with weight 0 (it must still join the all_reduce with the same keys)."""
+def evaluate(model, raw_model, routing, data, starts, B, T, dev, ctx, rank=0, world_size=1):
+    """Mean losses and routing statistics over the fixed validation windows (starts). Batches are dealt out to DDP
+    ranks; each batch is weighted by its rows, so the result does not depend on the world size. A rank with no batch
+    runs batch 0 with weight 0 (it must still join the all_reduce with the same keys)."""
     raw_model.eval()                       # causal thresholds frozen, dropout off
-    data = open_split(run.folder, 'val')
-    B, T = run.cfg.batch_size, run.cfg.block_size
-    batches = [(i, run.starts[i:i + B]) for i in range(0, len(run.starts), B)]
-    mine = [(i, b, len(b)) for i, b in batches[run.rank::run.world_size]] or [(*batches[0], 0)]
+    batches = [(i, starts[i:i + B]) for i in range(0, len(starts), B)]
+    mine = [(i, b, len(b)) for i, b in batches[rank::world_size]] or [(*batches[0], 0)]
     keys, total = None, None
     for i, b, weight in mine:
-        x, y = read_windows(data, b, T, run.dev)
+        x, y = read_windows(data, b, T, dev)         # (B, T) each
         raw_model.set_draw(row0=i)           # random routing: each window's draw is fixed by its place in the set
-        with run.ctx:
+        with ctx:
             _, _, aux = model(x, y, routing=routing, return_aux=True)
         values = {**aux['losses'], **xmod.routing_stats(raw_model, aux['layers'], routing)}
         keys = keys or list(values)
         vec = torch.stack([values[k].float() for k in keys]) * weight
         total = vec if total is None else total + vec
-    if run.world_size > 1:
+    if world_size > 1:
         torch.distributed.all_reduce(total)
     raw_model.train()
-    return dict(zip(keys, (total / len(run.starts)).tolist()))
-
-
-
-def eval_row(run, model, raw_model):
-    """val_loss (top-k routing) and val_loss_causal (causal routing: the honest one), as LM cross-entropy only;
-    then the top-k mode's auxiliary losses and routing statistics, and the causal mode's (named causal_*). A dense
-    model routes nothing, so its causal loss is its loss; the MoE is evaluated causally too (it then drops none)."""
-    topk = evaluate(run, model, raw_model, 'topk')
-    if run.mcfg.model == 'dense':
-        return {'val_loss': topk['lm'], 'val_loss_causal': topk['lm']}
-    causal = evaluate(run, model, raw_model, 'causal')
-    row = {'val_loss': topk.pop('lm'), 'val_loss_causal': causal['lm']}
-    row.update(topk)
-    row.update({k: v for k, v in causal.items() if k.startswith('causal_')})
-    return row
-
-
-def log_row(run, model, raw_model, iter_num, progress):
-    """Evaluate, and return log.csv's row of step iter_num: the tokens, FLOPs, learning rate and clock so far,
-    the training loss and speed since the last row (empty at a run's first), then eval_row's. A NaN or inf loss
-    stops the run."""
-    p = progress
-    train_loss = (train_loss_mean(run, p.train_sum, p.train_steps, iter_num, p.last_eval)
-                  if p.train_steps else '')
-    tokens_per_s = (round(p.train_steps * run.tokens_per_iter / (time.time() - p.t_eval_end), 1)
-                    if p.train_steps else '')
-    ev = eval_row(run, model, raw_model)
-    if not all(math.isfinite(v) for v in (ev['val_loss'], ev['val_loss_causal'])):
-        raise diverged(run, 'validation loss', ev['val_loss'], iter_num, p.last_eval)
-    tokens = iter_num * run.tokens_per_iter
-    # model FLOPs utilisation per GPU: training FLOPs/s (3 x forward) over the peak of world_size GPUs; a peak
-    # of 0 (a CPU, an unknown GPU): no mfu
-    peak = configurator.peak_tflops(run.dev, run.dtype, run.cfg.peak_tflops)
-    mfu = (round(3 * run.fpt * tokens_per_s / (peak * 1e12 * run.world_size), 4)
-           if peak and tokens_per_s != '' else '')
-    return {'step': iter_num, 'tokens': tokens, 'flops': 3 * run.fpt * tokens,
-            'lr': get_lr(run.cfg, iter_num, run.schedule_iters), 'elapsed_s': round(time.time() - p.t0, 3),
-            'tokens_per_s': tokens_per_s, 'mfu': mfu, 'train_loss': train_loss, **ev}
+    return dict(zip(keys, (total / len(starts)).tolist()))
 
 
 # -----------------------------------------------------------------------------------------------------------------
-# run.json, checkpoints, a loss that diverged
+# the run, top to bottom
 
-def start_run(run, raw_model, iter_num):
-    """Write run.json (and, on a resume, cut log.csv back to the checkpoint) and print what is about to happen.
-    Returns run.json's contents, which the end of the run completes."""
-    cfg, mcfg = run.cfg, run.mcfg
+def train(argv, lock):
+    # ---- settings: defaults, config file, --key=value; processes; device
+    from_file = set()
+    cfg, explicit = configure(argv, DEFAULTS, doc=__doc__, source=__file__, from_file=from_file, model=GPTConfig)
+    cfg.out_dir = cfg.out_dir or f'out-{cfg.model}'     # each family its own folder: xmod then dense, as documented
+    ddp = int(os.environ.get('RANK', -1)) != -1
+    rank, local_rank, world_size = 0, 0, 1
+    if ddp:
+        rank, local_rank, world_size = (int(os.environ[k]) for k in ('RANK', 'LOCAL_RANK', 'WORLD_SIZE'))
+    master = rank == 0                             # rank 0 writes the run folder and prints
+    # The key's default (1) is one process's. Under torchrun without it, each rank runs one micro-batch (the global
+    # batch grows with the ranks, as in plain data parallelism). A resume or branch takes the run's own value.
+    follows_world = world_size > 1 and 'gradient_accumulation_steps' not in explicit
+    if follows_world:
+        cfg.gradient_accumulation_steps = world_size
+    # how the run starts: scratch, resume, auto or a branch (decided here; nothing is written until claim below)
+    cfg, resume, ckpt, branch = open_run(cfg, explicit, world_size, lock if master else None)
+    dev = pick_device(cfg.device, local_rank if ddp else None)
+    device_type = dev.split(':')[0]
+    if device_type == 'cpu' and cfg.threads:
+        torch.set_num_threads(cfg.threads)         # from the start: step 0's evaluation runs with them too
+    if cfg.cuda_graphs and (device_type != 'cuda' or not cfg.compile):
+        raise UserError(f"--cuda_graphs=True captures the compiled training step in CUDA graphs: it needs "
+                        f"--compile=True and a CUDA device (here {dev}{'' if cfg.compile else ', compile=False'})")
+    if cfg.wandb_log and master:
+        check_wandb(cfg)
+    dtype, ctx = autocast(cfg.dtype, device_type, cuda_fallback='float16')
+    if dtype == 'float16' and device_type not in ('cuda', 'cpu'):
+        raise UserError(f"--dtype=float16 needs a CUDA device or the CPU (its grad scaler), not {device_type} "
+                        f"(use float32 or bfloat16)")
+
+    # ---- data: the model's plan and budget; batches are a pure function of (seed, step), the val set is fixed
+    folder, meta = find_data(cfg, ddp)
+    T, B = cfg.block_size, cfg.batch_size
+    n_train, n_val = len(open_split(folder, 'train')), len(open_split(folder, 'val'))
+    for split, n in (('validation', n_val), ('training', n_train)):
+        if n < T + 1:
+            raise UserError(f"block_size={T} is larger than the {split} split ({n} tokens in {folder}): "
+                            f"lower --block_size")
+    mcfg, tokens_per_iter, fpt, n_iters = sizes(cfg, meta)
+    if ckpt is not None and dataclasses.asdict(mcfg) != ckpt['model_args']:
+        diff = [f"{k}={ckpt['model_args'].get(k)!r} (now {v!r})" for k, v in dataclasses.asdict(mcfg).items()
+                if ckpt['model_args'].get(k) != v]
+        raise UserError(f"the checkpoint's model differs from this config: {', '.join(diff)}; resume with the "
+                        f"run's own settings")
+    if branch is not None and not resume and branch['step'] >= n_iters:
+        raise UserError(f"--init_from={cfg.init_from} is step {branch['step']:,}, and this run's budget is "
+                        f"{n_iters:,} steps: nothing left to train (give a larger --max_tokens or --max_iters)")
+    # the schedule's length is fixed when a run starts: a resume with a larger budget goes on at min_lr; a branch is
+    # a new run, its schedule follows its own budget
+    schedule_iters = ckpt.get('schedule_iters', ckpt['n_iters']) if resume else n_iters
+    starts = eval_starts(n_val, T, cfg.eval_iters * B * T if cfg.eval_iters else cfg.eval_tokens, B)
+    save_steps = {int(x) for x in cfg.save_steps.split(',') if x.strip()}
+    gas_local = cfg.gradient_accumulation_steps // world_size       # this rank's micro-batches per step
+
+    # ---- the model and its optimizer; DDP joins the ranks here, once all of them have passed the checks
+    if ddp:
+        backend = cfg.backend or ('nccl' if device_type == 'cuda' else 'gloo')
+        if device_type == 'cuda':
+            torch.cuda.set_device(dev)          # before the process group, so nccl binds this rank's GPU
+        bound = {'device_id': torch.device(dev)} if backend == 'nccl' else {}
+        torch.distributed.init_process_group(backend=backend, **bound)
+    if device_type == 'cuda':
+        torch.set_float32_matmul_precision('high')    # TF32 matmuls for what autocast leaves in float32
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)                    # the initial weights: a pure function of the seed
+    raw_model = GPT(mcfg)
+    with warnings.catch_warnings():                # step 0's causal eval runs before any calibration, by design:
+        warnings.simplefilter('ignore')            # the model's one look for uncalibrated thresholds is spent here
+        raw_model.warn_if_uncalibrated()
+    torch.manual_seed(cfg.seed + rank)             # dropout: its own stream per rank
+    if ckpt is not None:
+        try:
+            raw_model.load_state_dict(run_folder.clean_state_dict(ckpt['model']))
+        except RuntimeError as e:
+            raise UserError(f"{cfg.out_dir}/ckpt.pt: the weights do not fit the model: {one_line(e)}") from None
+    raw_model.to(dev)
+    scaler = torch.amp.GradScaler(device_type, enabled=dtype == 'float16')
+    optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
+                                               device_type)
+    if ckpt is not None:
+        optimizer.load_state_dict(ckpt['optimizer'])
+        if ckpt.get('scaler'):
+            scaler.load_state_dict(ckpt['scaler'])
+        set_rng_state(ckpt['rng'][rank] if rank < len(ckpt['rng']) else ckpt['rng'][0])
+    if cfg.compile:   # causal routing reads its padded count k_max from the data: captured, it stays in the graph
+        torch._dynamo.config.capture_scalar_outputs = True
+    model = torch.compile(raw_model) if cfg.compile else raw_model            # what evaluation calls
+    # --cuda_graphs: the training step (top-k routing, static shapes) replayed from CUDA graphs; evaluation keeps the
+    # default mode (causal routing's sizes come from the data)
+    train_model = torch.compile(raw_model, mode='reduce-overhead') if cfg.cuda_graphs else model
+    if ddp:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        # MoD's plain gate leaves Router.gain out of the graph: DDP must be told some parameters get no gradient.
+        # No buffer syncing in forward: the RoPE tables and causal thresholds are the same on every rank by
+        # construction (calibrate gathers every rank's scores), and random routing's draw is each rank's own
+        unused = mcfg.gate == 'plain' and bool(raw_model.routed_layers())
+        no_sync = ({'forward_sync_buffers': False} if 'forward_sync_buffers' in inspect.signature(DDP).parameters
+                   else {'broadcast_buffers': False})     # torch < 2.13 knows only the older name
+        train_model = DDP(train_model, device_ids=[local_rank] if device_type == 'cuda' else None,
+                          find_unused_parameters=unused, **no_sync)
+
+    # ---- the run's start: run.json written (the folder is this run's now), what is about to happen said
+    iter_num = ckpt['step'] if ckpt else 0
+    run_path, log_path, ckpt_path = (os.path.join(cfg.out_dir, f) for f in ('run.json', 'log.csv', 'ckpt.pt'))
     params_total, params_active = raw_model.num_params(), raw_model.num_active_params()
     layout = xmod.layout_string(mcfg)
-    resolved = {k: getattr(mcfg, k, v) for k, v in vars(cfg).items()}   # the model's keys as FLOP matching and
-                                                                          # the family's defaults made them
-    info = {'config': resolved, 'model_config': asdict(mcfg), 'layout': layout, 'params_total': params_total,
-            'params_active': params_active, 'flops_per_token': run.fpt, 'tokens_per_iter': run.tokens_per_iter,
-            'n_iters': run.n_iters, 'world_size': run.world_size, 'seed': cfg.seed,
-            'git_commit': run_folder.git_commit(), 'torch_version': torch.__version__, 'device': run.dev,
-            'dtype': run.dtype, 'finished': False, 'final': None}
-    if run.start.branch:
-        info['branch_of'] = run.start.branch
-    if not run.master:
-        return info
-    run.start.claim(info, iter_num)        # the folder is this run's now: run.json written, the log cut or cleared
-    T = cfg.block_size
-    sparse = (f", capacity {mcfg.capacity:.4f} ({xmod.routed_k(mcfg.capacity, T)}/{T} tokens)"
-              if 'routed' in xmod.layer_kinds(mcfg) else ', no routed layer: the dense model' if
-              mcfg.model in ('mod', 'xmod') else '')
-    matched = (f", FLOP-matched to dense {cfg.dense_layers} layers" if mcfg.model in ('mod', 'xmod')
-               and cfg.match_flops else '')
-    if run.gas_note:
-        print(f"note: --gradient_accumulation_steps follows the world size: {cfg.gradient_accumulation_steps}, one "
-              f"micro-batch of {cfg.batch_size} rows per rank (a global batch of "
-              f"{cfg.batch_size * cfg.gradient_accumulation_steps} rows); pass --gradient_accumulation_steps=N, a "
-              f"multiple of {run.world_size}, to set it")
-    print(f"model {mcfg.model}: layout {layout} ({mcfg.n_layer} layers{sparse}){matched}")
-    print(f"params {params_total:,} total, {params_active:,.0f} active (non-embedding), rho "
-          f"{params_total / params_active:.2f}; {run.fpt / 1e6:.3f}M FLOPs/token forward")
-    shown = run.folder if os.path.relpath(run.folder).startswith('..') else os.path.relpath(run.folder)
-    print(f"data {shown}: {run.n_train:,} train / {run.n_val:,} val tokens, "
-          f"{run.meta.get('tokenizer')} vocab {run.meta['vocab_size']:,}; eval set {len(run.starts)} windows x {T} = "
-          f"{len(run.starts) * T:,} tokens")
-    print(f"budget {run.n_iters:,} iters x {run.tokens_per_iter:,} tokens = "
-          f"{run.n_iters * run.tokens_per_iter / 1e6:.2f}M tokens, {3 * run.fpt * run.n_iters * run.tokens_per_iter:.3g}"
-          f" FLOPs; device {run.dev} {run.dtype}{f' x {run.world_size} ranks' if run.ddp else ''}; out_dir "
-          f"{cfg.out_dir}" + (f"; resuming at step {iter_num}" if run.start.resume else ''))
-    slow = run.device_type == 'cpu' and cpu_lacks_matrix_instructions(run.dtype)
-    if slow is not False:         # None: torch cannot tell
-        which = 'this CPU has' if slow else 'on a CPU with'
-        print(f"note: {which} no matrix instructions for {run.dtype}, training takes 8x float32's time or more "
-              f"(docs/gpu.md): --dtype={run.dtype} on a CPU is for testing the GPU path, float32 trains faster")
-    if run.start.branch and not run.start.resume:
-        sched = (f"; its cooldown starts at step {cooldown_start(cfg, run.schedule_iters):,}"
-                 if cfg.lr_schedule == 'wsd' else '')
-        print(f"branch of {run.start.branch['checkpoint']} at step {run.start.branch['step']:,}{sched}")
-    if run.n_iters > run.schedule_iters:
-        print(f"extending: the learning-rate schedule of this run ended at step {run.schedule_iters:,}; steps "
-              f"{run.schedule_iters:,}-{run.n_iters:,} run at min_lr={cfg.min_lr:g}")
-    return info
+    info = {'config': {k: getattr(mcfg, k, v) for k, v in vars(cfg).items()},    # the model's keys as resolved
+            'model_config': dataclasses.asdict(mcfg), 'layout': layout, 'params_total': params_total,
+            'params_active': params_active, 'flops_per_token': fpt, 'tokens_per_iter': tokens_per_iter,
+            'n_iters': n_iters, 'world_size': world_size, 'seed': cfg.seed, 'git_commit': git_commit(),
+            'torch_version': torch.__version__, 'device': dev, 'dtype': dtype, 'finished': False, 'final': None}
+    if branch:
+        info['branch_of'] = branch
+    last_row = ckpt.get('last_row') if resume else None    # the checkpoint's evaluation, as log.csv has it
+    if master:
+        os.makedirs(cfg.out_dir, exist_ok=True)
+        if lock.fd is None:     # no trainer had written here: the lock file is made now, before the first write
+            lock.take(cfg.out_dir, create=True)
+            if not resume:      # a trainer that took it in between has written a run by now: look again
+                check_new_run(cfg.out_dir, cfg.overwrite, say=False)
+        lock.write_pid()
+        if resume:              # log.csv cut back to the checkpoint's step; a row lost in a cut, written again
+            torn = truncate_log(log_path, iter_num)
+            _, rows = run_folder.log_rows(log_path)
+            relog = last_row is not None and (not rows or int(rows[-1][0]) < iter_num)
+            if relog:
+                run_folder.append_log(log_path, last_row)
+            if torn is not None:
+                print(f"note: dropped the last row of {log_path}, cut mid-line when the run stopped (it began "
+                      f"{torn[:30]!r}); " + (f"wrote step {iter_num}'s row again from the checkpoint" if relog else
+                                             f"training resumes at step {iter_num} and logs the steps after it"))
+        else:                   # a new run clears the run it replaces (--overwrite, or one never checkpointed)
+            for f in run_folder.RUN_FILES + tuple(glob.glob(os.path.join(glob.escape(cfg.out_dir), 'ckpt_*.pt'))):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(cfg.out_dir, f))
+        run_folder.write_json(run_path, info)
+        if follows_world and ckpt is None:
+            print(f"note: --gradient_accumulation_steps follows the world size: {cfg.gradient_accumulation_steps}, "
+                  f"one micro-batch of {B} rows per rank (a global batch of {B * cfg.gradient_accumulation_steps} "
+                  f"rows); pass --gradient_accumulation_steps=N, a multiple of {world_size}, to set it")
+        if 'n_layer' in from_file and ckpt is None and cfg.model in ('mod', 'xmod') and cfg.match_flops:
+            print(f"note: n_layer={cfg.n_layer} (from the config file) is the {cfg.model} model's own depth, "
+                  f"FLOP-matched to a dense model of dense_layers={cfg.dense_layers} layers; to match a "
+                  f"{cfg.n_layer}-layer dense model, run with --dense_layers={cfg.n_layer} --n_layer=0 (FLOP "
+                  f"matching then picks the depth)")
+        sparse = (f", capacity {mcfg.capacity:.4f} ({xmod.routed_k(mcfg.capacity, T)}/{T} tokens)"
+                  if 'routed' in xmod.layer_kinds(mcfg) else ', no routed layer: the dense model' if
+                  mcfg.model in ('mod', 'xmod') else '')
+        matched = (f", FLOP-matched to dense {cfg.dense_layers} layers" if mcfg.model in ('mod', 'xmod')
+                   and cfg.match_flops else '')
+        print(f"model {mcfg.model}: layout {layout} ({mcfg.n_layer} layers{sparse}){matched}")
+        print(f"params {params_total:,} total, {params_active:,.0f} active (non-embedding), rho "
+              f"{params_total / params_active:.2f}; {fpt / 1e6:.3f}M FLOPs/token forward")
+        shown = folder if os.path.relpath(folder).startswith('..') else os.path.relpath(folder)
+        print(f"data {shown}: {n_train:,} train / {n_val:,} val tokens, {meta.get('tokenizer')} vocab "
+              f"{meta['vocab_size']:,}; eval set {len(starts)} windows x {T} = {len(starts) * T:,} tokens")
+        print(f"budget {n_iters:,} iters x {tokens_per_iter:,} tokens = {n_iters * tokens_per_iter / 1e6:.2f}M "
+              f"tokens, {3 * fpt * n_iters * tokens_per_iter:.3g} FLOPs; device {dev} {dtype}"
+              f"{f' x {world_size} ranks' if ddp else ''}; out_dir {cfg.out_dir}"
+              + (f"; resuming at step {iter_num}" if resume else ''))
+        slow = device_type == 'cpu' and cpu_lacks_matrix_instructions(dtype)
+        if slow is not False:         # None: torch cannot tell
+            which = 'this CPU has' if slow else 'on a CPU with'
+            print(f"note: {which} no matrix instructions for {dtype}, training takes 8x float32's time or more "
+                  f"(docs/gpu.md): --dtype={dtype} on a CPU is for testing the GPU path, float32 trains faster")
+        if branch and not resume:
+            sched = (f"; its cooldown starts at step {run_folder.cooldown_start(cfg, schedule_iters):,}"
+                     if cfg.lr_schedule == 'wsd' else '')
+            print(f"branch of {branch['checkpoint']} at step {branch['step']:,}{sched}")
+        if n_iters > schedule_iters:
+            print(f"extending: the learning-rate schedule of this run ended at step {schedule_iters:,}; steps "
+                  f"{schedule_iters:,}-{n_iters:,} run at min_lr={cfg.min_lr:g}")
+    tracker = None
+    if cfg.wandb_log and master:   # nanoGPT's convention: each log.csv row also goes to Weights & Biases
+        import wandb
+        tracker = wandb.init(project=cfg.wandb_project, dir=cfg.out_dir, config=vars(cfg),
+                             name=cfg.wandb_run_name or os.path.basename(os.path.abspath(cfg.out_dir)))
 
+    # where training stands besides its weights: the checkpoint's (a resume, or the kept step a branch starts from;
+    # a kept step between evaluations carries its training-loss sum, so a branch logs its parent's train_loss)
+    c = ckpt or {}
+    best_val_loss, last_eval = c.get('best_val_loss', float('inf')), c.get('last_eval')
+    t0 = time.time() - c.get('elapsed_s', 0.0)     # the clock goes on from the runs this one continues
+    train_sum = torch.full((), c.get('train_loss_sum', 0.0), device=dev)   # (): the LM loss summed since the eval
+    train_steps = c.get('train_loss_steps', 0)
+    ckpt = c = None                                # free the memory
 
-
-def finish_run(run, info, progress):
-    """Rank 0, at the end: run.json completed (finished, the last evaluation's losses), and what to run next."""
-    last = progress.last_eval
-    info.update(finished=True, final=last)
-    run_folder.write_json(run.start.run_path, info)
-    print(f"done: {run.n_iters:,} iters, {time.time() - progress.t0:.0f}s; val_loss {last['val_loss']:.4f}, "
-          f"val_loss_causal {last['val_loss_causal']:.4f}; sample with: python sample.py "
-          f"--out_dir={run.cfg.out_dir}; its curves: python plot_run.py {run.cfg.out_dir}")
-
-
-@dataclass
-class Progress:
-    """Where training stands besides its step, weights and optimizer: what a checkpoint keeps of it, and what
-    log.csv's rows read. Step losses are summed on the device and brought to the host only at evaluations
-    (one sync each); train_sum is its own sum since the last evaluation, so the progress bar's sum (brought
-    over every log_interval steps) cannot change its rounding."""
-    best_val_loss: float          # the lowest val_loss_causal so far
-    last_eval: dict               # the last evaluation's step, tokens, FLOPs and losses (None before one)
-    t0: float                     # time.time() at the start, less the seconds of the runs this one continues
-    train_sum: torch.Tensor       # (): the LM loss summed over the train_steps steps since the last eval
-    train_steps: int
-    t_eval_end: float             # when the last evaluation ended: log.csv's tokens_per_s counts from there
-
-    @classmethod
-    def of(cls, ckpt, dev):
-        """Step 0's, or the checkpoint's: a resume, or the kept step a branch starts from (a kept step between
-        evaluations carries its training-loss sum, so a branch logs its parent's very train_loss)."""
-        ckpt = ckpt or {}
-        return cls(best_val_loss=ckpt.get('best_val_loss', float('inf')), last_eval=ckpt.get('last_eval'),
-                   t0=time.time() - ckpt.get('elapsed_s', 0.0),
-                   train_sum=torch.full((), ckpt.get('train_loss_sum', 0.0), device=dev),
-                   train_steps=ckpt.get('train_loss_steps', 0), t_eval_end=time.time())
-
-
-def checkpoint_state(run, raw_model, optimizer, scaler, iter_num, progress, kept=False):
-    """What a checkpoint holds: enough to continue exactly (weights, optimizer, scaler, every rank's RNG state,
-    the step, which fixes the data position) and to branch (kept: a step of --save_steps, which may fall
-    between evaluations, also holds the training loss summed since the last one, averaged over DDP ranks).
-    Call it on every rank."""
-    train_sum, train_steps = 0.0, 0
-    if kept:
-        total = progress.train_sum.clone()
-        if run.ddp:
+    def mean_loss(total, n, what='training loss'):
+        """A loss summed over n steps, averaged over DDP ranks (so every rank takes the same decision); a NaN or
+        inf stops the run, with its last good checkpoint kept and run.json saying where."""
+        if ddp:
             torch.distributed.all_reduce(total, op=torch.distributed.ReduceOp.AVG)
-        train_sum, train_steps = total.item(), progress.train_steps
-    rngs = [run_folder.rng_state()]
-    if run.ddp:
-        rngs = [None] * run.world_size
-        torch.distributed.all_gather_object(rngs, run_folder.rng_state())
-    return {'model': raw_model.state_dict(), 'optimizer': optimizer.state_dict(), 'scaler': scaler.state_dict(),
-            'config': vars(run.cfg), 'model_args': asdict(run.mcfg), 'step': iter_num,
-            'data': {'seed': run.cfg.seed, 'step': iter_num, 'tokens': iter_num * run.tokens_per_iter},
-            'n_iters': run.n_iters, 'schedule_iters': run.schedule_iters,
-            'best_val_loss': progress.best_val_loss, 'elapsed_s': time.time() - progress.t0,
-            'last_eval': progress.last_eval, 'rng': rngs, 'meta': run.meta, 'branch_of': run.start.branch,
-            'train_loss_sum': train_sum, 'train_loss_steps': train_steps}
+        mean = total.item() / n
+        if not math.isfinite(mean):
+            raise diverged(what, mean, '; lower --learning_rate or raise --warmup_iters and resume with '
+                                       '--init_from=resume')
+        return mean
 
+    def diverged(what, value, advice=''):
+        if master:
+            info['diverged'] = {'step': iter_num, 'what': what}
+            run_folder.write_json(run_path, info)
+        return LossDiverged(f"the {what} is {value} at step {iter_num}: stopping. The last good checkpoint "
+                            f"({ckpt_path}, step {last_eval['step'] if last_eval else 'none'}) is kept{advice}")
 
+    def checkpoint(kept=False):
+        """What a checkpoint holds: enough to continue exactly (weights, optimizer, scaler, every rank's RNG state,
+        the step, which fixes the data position) and to branch (kept: a step of --save_steps, which may fall between
+        evaluations, also holds the training loss summed since the last one). Every rank calls it."""
+        loss_sum = 0.0
+        if kept:
+            loss_sum = train_sum.clone()
+            if ddp:
+                torch.distributed.all_reduce(loss_sum, op=torch.distributed.ReduceOp.AVG)
+            loss_sum = loss_sum.item()
+        rngs = [rng_state()]
+        if ddp:
+            rngs = [None] * world_size
+            torch.distributed.all_gather_object(rngs, rng_state())
+        return {'model': raw_model.state_dict(), 'optimizer': optimizer.state_dict(), 'scaler': scaler.state_dict(),
+                'config': vars(cfg), 'model_args': dataclasses.asdict(mcfg), 'step': iter_num,
+                'data': {'seed': cfg.seed, 'step': iter_num, 'tokens': iter_num * tokens_per_iter},
+                'n_iters': n_iters, 'schedule_iters': schedule_iters, 'best_val_loss': best_val_loss,
+                'elapsed_s': time.time() - t0, 'last_eval': last_eval, 'last_row': last_row, 'rng': rngs,
+                'meta': meta, 'branch_of': branch, 'train_loss_sum': loss_sum,
+                'train_loss_steps': train_steps if kept else 0}
 
-def train_loss_mean(run, total, n, iter_num, last_eval):
-    """The training loss summed in total over n steps, as a float averaged over DDP ranks (so every rank takes the
-    same decision); stop on NaN or inf."""
-    if run.ddp:
-        torch.distributed.all_reduce(total, op=torch.distributed.ReduceOp.AVG)
-    mean = total.item() / n
-    if not math.isfinite(mean):
-        raise diverged(run, 'training loss', mean, iter_num, last_eval,
-                       '; lower --learning_rate or raise --warmup_iters and resume with --init_from=resume')
-    return mean
-
-
-
-def diverged(run, what, value, iter_num, last_eval, advice=''):
-    """The error that stops a run whose loss became NaN or inf (exit code 3); its last good checkpoint stays, and
-    run.json records the step ("diverged"), so a sweep can tell a diverged rate from an unfinished run."""
-    info = getattr(run, 'info', None)
-    if run.master and info is not None:
-        info['diverged'] = {'step': iter_num, 'what': what}
-        run_folder.write_json(run.start.run_path, info)
-    return LossDiverged(f"the {what} is {value} at step {iter_num}: stopping. The last good checkpoint "
-                        f"({run.start.ckpt_path}, step {last_eval['step'] if last_eval else 'none'}) is kept{advice}")
-
-
-# -----------------------------------------------------------------------------------------------------------------
-# the loop
-
-def start_wandb(run):
-    """nanoGPT's convention: with --wandb_log=True, a Weights & Biases run whose config is this run's, in out_dir
-    (its files under out_dir/wandb/), that train_run logs each log.csv row to. WANDB_MODE=offline keeps it local
-    (`wandb sync` uploads it later). None when not asked for."""
-    if not run.cfg.wandb_log:
-        return None
-    import wandb
-    name = run.cfg.wandb_run_name or os.path.basename(os.path.abspath(run.cfg.out_dir))
-    return wandb.init(project=run.cfg.wandb_project, name=name, dir=run.cfg.out_dir, config=vars(run.cfg))
-
-
-def train_step(run, raw_model, ddp_model, optimizer, scaler, iter_num):
-    """One optimizer step over gradient_accumulation_steps micro-batches of step iter_num's global batch
-    (under DDP, this rank's share of them). Returns the step's LM loss, a () tensor left on the device."""
-    cfg, T, gas_local = run.cfg, run.cfg.block_size, run.cfg.gradient_accumulation_steps // run.world_size
-    lr = get_lr(cfg, iter_num, run.schedule_iters)
-    for group in optimizer.param_groups:
-        group['lr'] = lr
-    rows = batch_starts(cfg.seed, iter_num, cfg.batch_size * cfg.gradient_accumulation_steps, run.n_train, T)
-    data = open_split(run.folder, 'train')
-    step_loss, step_layers = torch.zeros((), device=run.dev), []
-    for micro in range(gas_local):
-        first = (run.rank * gas_local + micro) * cfg.batch_size       # this rank's slice of the global batch
-        x, y = read_windows(data, rows[first:first + cfg.batch_size], T, run.dev)     # (B, T) each
-        raw_model.set_draw(cfg.seed, iter_num, row0=first)    # random routing's draw for these rows
-        # DDP: all-reduce gradients only on the last micro-batch
-        sync = ddp_model.no_sync() if run.ddp and micro < gas_local - 1 else nullcontext()
-        with sync:
-            if cfg.cuda_graphs:
-                torch.compiler.cudagraph_mark_step_begin()     # a new step: the last replay's outputs may go
-            with run.ctx:
-                _, loss, aux = ddp_model(x, y, return_aux=True)
-            step_loss += aux['losses']['lm'] / gas_local                # the LM loss, for the log
-            scaler.scale(loss / gas_local).backward()                   # LM + auxiliary losses
-        # calibrate reads the scores after the step's last micro-batch: a CUDA-graph replay overwrites its
-        # outputs in place, so each micro-batch's scores (B, T) are copied before the next one
-        step_layers.append([a._replace(scores=a.scores.clone()) if isinstance(a, xmod.RoutedAux) else None
-                            for a in aux['layers']] if cfg.cuda_graphs else aux['layers'])
-    raw_model.calibrate(step_layers)      # the causal thresholds: once per step, from the whole global batch
-    if cfg.grad_clip > 0:
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
-    scaler.step(optimizer)
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-    return step_loss
-
-
-def say_threads(run, thread_note, iter_num, may_say):
-    """On a CPU with --threads=0: a line when the thread count has changed and the new count has held
-    (run_folder.ThreadNote), at most once per evaluation interval (may_say). True when rank 0 said one."""
-    threads = thread_note(torch.get_num_threads(), time.time(), may_say=may_say)
-    if threads and run.master:
-        tqdm.write(f"step {iter_num:>6}: CPU threads -> {threads} (the cores other processes leave free; "
-                   f"--threads=N fixes the count)")
-    return bool(threads) and run.master
-
-
-def train(argv):
-    lock = run_folder.RunLock()
-    try:
-        code = train_run(argv, lock)
-    finally:
-        lock.release()               # the kernel would at exit; a caller's process (tests) may train again
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        # the ranks leave together: a rank that tears its process group down while rank 0 still writes the
-        # last checkpoint and run.json is our suspect for a rare abort at exit under gloo (not reproduced)
-        torch.distributed.barrier()
-    return code
-
-
-
-def train_run(argv, lock):
-    run = setup_run(argv, lock)
-    cfg, master, n_iters = run.cfg, run.master, run.n_iters
-    raw_model, model, ddp_model, optimizer, scaler = build_model(run)
-    # where training stands: step 0, or the checkpoint's (a resume, or the kept step a branch starts from)
-    iter_num = run.start.checkpoint['step'] if run.start.checkpoint else 0
-    info = run.info = start_run(run, raw_model, iter_num)
-    tracker = start_wandb(run) if master else None
+    # ---- the loop: evaluate (a log.csv row, then the checkpoint), then one optimizer step
     bar = tqdm(total=n_iters, initial=iter_num, disable=True if not master else None, dynamic_ncols=True,
                unit='it', leave=False)
-    progress = Progress.of(run.start.checkpoint, run.dev)     # best and last evaluation, clock, loss sum
-    run.start.checkpoint = None                    # free the memory
-    resumed_at = iter_num if run.start.resume or run.start.branch else -1     # its evaluation is already logged
-    window, window_steps, t_mark = torch.zeros((), device=run.dev), 0, time.time()   # the progress bar's sum
-    share_cpu = run_folder.cpu_threads(run.device_type, cfg.threads)
-    thread_note, said_since_eval = run_folder.ThreadNote(torch.get_num_threads(), time.time()), False
+    evaluated_at = iter_num if resume or branch else -1     # its evaluation is already logged
+    window, window_steps, t_mark = torch.zeros((), device=dev), 0, time.time()   # the progress bar's loss and clock
+    timed_steps, t_timed = -1, time.time()         # log.csv's tokens_per_s: steps after the first since the eval
     trained = False                                # a training step done by this process: compiled evaluation
-    while True:
-        # evaluate, append a row to log.csv, then write the checkpoint (the row first: a kill in between loses the
-        # row on resume, never the checkpoint's step)
-        if (iter_num % cfg.eval_interval == 0 or iter_num == n_iters) and iter_num != resumed_at:
-            # before this process's first training step, the eager model: the training graph compiles first, and
-            # the evaluation graphs (causal routing's data-dependent sizes) only after a training figure is out
-            row = log_row(run, model if trained else raw_model, raw_model, iter_num, progress)
-            progress.best_val_loss = min(progress.best_val_loss, row['val_loss_causal'])
-            progress.last_eval = {k: row[k] for k in ('step', 'tokens', 'flops', 'val_loss', 'val_loss_causal')}
-            state = checkpoint_state(run, raw_model, optimizer, scaler, iter_num, progress)
-            if master:
-                run_folder.append_log(run.start.log_path, row)
-                if tracker:
-                    tracker.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=iter_num)
-                run_folder.save_checkpoint(state, run.start.ckpt_path)
-                train_txt = f"train {row['train_loss']:.4f}, " if row['train_loss'] != '' else ''
-                tqdm.write(f"step {iter_num:>6}: {train_txt}val {row['val_loss']:.4f}, val causal "
-                           f"{row['val_loss_causal']:.4f}, {row['elapsed_s']:.0f}s")
-            progress.train_sum.zero_()
-            progress.train_steps, progress.t_eval_end, said_since_eval = 0, time.time(), False
-        if iter_num in run.save_steps:             # --save_steps: a copy kept as out_dir/ckpt_S.pt, for branching
-            state = checkpoint_state(run, raw_model, optimizer, scaler, iter_num, progress, kept=True)
-            if master:
-                run_folder.save_checkpoint(state, os.path.join(cfg.out_dir, f'ckpt_{iter_num}.pt'))
-        if iter_num >= n_iters:
-            break
+    val = open_split(folder, 'val')
+    try:
+        while True:
+            if (iter_num % cfg.eval_interval == 0 or iter_num == n_iters) and iter_num != evaluated_at:
+                t_eval = time.time()
+                # the training figures since the last row: the loss, and the speed without the first step after
+                # an evaluation (which compiles, or warms up): a row right after one has no speed
+                train_loss = mean_loss(train_sum, train_steps) if train_steps else ''
+                tokens_per_s = (round(timed_steps * tokens_per_iter / (t_eval - t_timed), 1)
+                                if timed_steps > 0 else '')
+                # val_loss (top-k routing) and val_loss_causal (causal routing: the honest one), LM cross-entropy
+                # only; then each mode's auxiliary losses and routing statistics (causal ones named causal_*).
+                # Before this process's first training step, the eager model: the training graph compiles first
+                ev_model = model if trained else raw_model
+                topk = evaluate(ev_model, raw_model, 'topk', val, starts, B, T, dev, ctx, rank, world_size)
+                if mcfg.model == 'dense':       # routes nothing: its causal loss is its loss
+                    ev = {'val_loss': topk['lm'], 'val_loss_causal': topk['lm']}
+                else:
+                    causal = evaluate(ev_model, raw_model, 'causal', val, starts, B, T, dev, ctx, rank, world_size)
+                    ev = {'val_loss': topk.pop('lm'), 'val_loss_causal': causal['lm'], **topk,
+                          **{k: v for k, v in causal.items() if k.startswith('causal_')}}
+                if not all(math.isfinite(v) for v in (ev['val_loss'], ev['val_loss_causal'])):
+                    raise diverged('validation loss', ev['val_loss'])
+                tokens = iter_num * tokens_per_iter
+                # model FLOPs utilisation per GPU: training FLOPs/s (3 x forward) over the peak of world_size GPUs
+                peak = device_peak_tflops(dev, dtype, cfg.peak_tflops)
+                mfu = round(3 * fpt * tokens_per_s / (peak * 1e12 * world_size), 4) if peak and tokens_per_s else ''
+                row = {'step': iter_num, 'tokens': tokens, 'flops': 3 * fpt * tokens,
+                       'lr': get_lr(cfg, iter_num, schedule_iters), 'elapsed_s': round(time.time() - t0, 3),
+                       'tokens_per_s': tokens_per_s, 'mfu': mfu, 'train_loss': train_loss, **ev}
+                best_val_loss = min(best_val_loss, row['val_loss_causal'])
+                last_eval = {k: row[k] for k in ('step', 'tokens', 'flops', 'val_loss', 'val_loss_causal')}
+                last_row = row
+                state = checkpoint()
+                if master:          # the row first: a kill in between loses the row on resume, never the step
+                    run_folder.append_log(log_path, row)
+                    if tracker:
+                        tracker.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=iter_num)
+                    run_folder.save_checkpoint(state, ckpt_path)
+                    train_txt = f"train {train_loss:.4f}, " if train_loss != '' else ''
+                    tqdm.write(f"step {iter_num:>6}: {train_txt}val {row['val_loss']:.4f}, val causal "
+                               f"{row['val_loss_causal']:.4f}, {row['elapsed_s']:.0f}s")
+                train_sum.zero_()
+                train_steps, timed_steps = 0, -1
+                t_mark += time.time() - t_eval             # the progress bar's speed leaves the evaluation out
+            if iter_num in save_steps:      # --save_steps: a copy kept as out_dir/ckpt_S.pt, for branching
+                state = checkpoint(kept=True)
+                if master:
+                    run_folder.save_checkpoint(state, os.path.join(cfg.out_dir, f'ckpt_{iter_num}.pt'))
+            if iter_num >= n_iters:
+                break
 
-        # one optimizer step over gradient_accumulation_steps micro-batches of the global batch
-        step_loss = train_step(run, raw_model, ddp_model, optimizer, scaler, iter_num)    # (): its LM loss
-        iter_num += 1
-        trained = True
-        window += step_loss
-        window_steps += 1
-        progress.train_sum += step_loss
-        progress.train_steps += 1
-        bar.update(1)
-
-        # logging; on a CPU, --threads=0 also looks here at the cores other processes leave free
-        if iter_num % cfg.log_interval == 0:
-            mean = train_loss_mean(run, window, window_steps, iter_num, progress.last_eval)
-            now = time.time()
-            tok_s = window_steps * run.tokens_per_iter / (now - t_mark)
-            bar.set_postfix(loss=f"{mean:.4f}", tok_s=f"{tok_s:,.0f}")
-            window.zero_()
-            window_steps, t_mark = 0, now
-        share_cpu()
-        if say_threads(run, thread_note, iter_num, may_say=not said_since_eval):
-            said_since_eval = True
-        if cfg.stop_iter and iter_num == cfg.stop_iter and iter_num < n_iters:
-            bar.close()
-            if master:
-                print(f"stopped after step {iter_num} (stop_iter), as if killed: the checkpoint is at step "
-                      f"{progress.last_eval['step'] if progress.last_eval else 'none'}; continue with "
-                      f"--init_from=resume")
-            return 0
+            # one optimizer step over gradient_accumulation_steps micro-batches of the global batch
+            lr = get_lr(cfg, iter_num, schedule_iters)
+            for group in optimizer.param_groups:
+                group['lr'] = lr
+            rows = batch_starts(cfg.seed, iter_num, B * cfg.gradient_accumulation_steps, n_train, T)
+            data = open_split(folder, 'train')
+            step_loss, step_layers = torch.zeros((), device=dev), []
+            for micro in range(gas_local):
+                first = (rank * gas_local + micro) * B               # this rank's slice of the global batch
+                x, y = read_windows(data, rows[first:first + B], T, dev)     # (B, T) each
+                raw_model.set_draw(cfg.seed, iter_num, row0=first)    # random routing's draw for these rows
+                # DDP: all-reduce gradients only on the last micro-batch
+                with train_model.no_sync() if ddp and micro < gas_local - 1 else nullcontext():
+                    if cfg.cuda_graphs:
+                        torch.compiler.cudagraph_mark_step_begin()     # a new step: the last replay's outputs may go
+                    with ctx:
+                        _, loss, aux = train_model(x, y, return_aux=True)
+                    step_loss += aux['losses']['lm'] / gas_local                # the LM loss, for the log
+                    scaler.scale(loss / gas_local).backward()                   # LM + auxiliary losses
+                # calibrate reads the scores after the step's last micro-batch: a CUDA-graph replay overwrites its
+                # outputs in place, so each micro-batch's scores (B, T) are copied before the next one
+                step_layers.append([a._replace(scores=a.scores.clone()) if isinstance(a, xmod.RoutedAux) else None
+                                    for a in aux['layers']] if cfg.cuda_graphs else aux['layers'])
+            raw_model.calibrate(step_layers)      # the causal thresholds: once per step, from the whole global batch
+            if cfg.grad_clip > 0:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+            iter_num += 1
+            trained = True
+            window += step_loss
+            train_sum += step_loss
+            window_steps, train_steps, timed_steps = window_steps + 1, train_steps + 1, timed_steps + 1
+            if timed_steps == 0:
+                t_timed = time.time()
+            bar.update(1)
+            if iter_num % cfg.log_interval == 0:         # the progress bar, and a NaN check
+                mean = mean_loss(window, window_steps)
+                now = time.time()
+                bar.set_postfix(loss=f"{mean:.4f}", tok_s=f"{window_steps * tokens_per_iter / (now - t_mark):,.0f}")
+                window.zero_()
+                window_steps, t_mark = 0, now
+            if cfg.stop_iter and iter_num == cfg.stop_iter and iter_num < n_iters:
+                bar.close()
+                if master:
+                    print(f"stopped after step {iter_num} (stop_iter), as if killed: the checkpoint is at step "
+                          f"{last_eval['step'] if last_eval else 'none'}; continue with --init_from=resume")
+                return 0
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f"continue from the checkpoint of step {last_eval['step']} with --init_from=resume"
+                                if last_eval else "no checkpoint was written yet: run the same command again (it "
+                                                  "starts the run over)") from None
 
     bar.close()
     if tracker:
         tracker.finish()
     if master:
-        finish_run(run, info, progress)
+        info.update(finished=True, final=last_eval)
+        run_folder.write_json(run_path, info)
+        print(f"done: {n_iters:,} iters, {time.time() - t0:.0f}s; val_loss {last_eval['val_loss']:.4f}, "
+              f"val_loss_causal {last_eval['val_loss_causal']:.4f}; sample with: python sample.py "
+              f"--out_dir={cfg.out_dir}; its curves: python plot_run.py {cfg.out_dir}")
+    if ddp:         # the ranks leave together, each on its own device (nccl: never a guessed one)
+        torch.distributed.barrier(**({'device_ids': [local_rank]} if device_type == 'cuda' else {}))
     return 0
 
 
 def main(argv=None):
-    threads = torch.get_num_threads()           # --threads changes it while a run trains: a caller gets it back
+    threads, lock = torch.get_num_threads(), run_folder.RunLock()   # one trainer per run folder
     try:
-        return run_main('train.py', train, argv, interrupted='continue from the last checkpoint with --init_from=resume')
+        return run_main('train.py', lambda args: train(args, lock), argv,
+                        interrupted='nothing was written: run the same command again')
     finally:
-        torch.set_num_threads(threads)
+        lock.release()               # the kernel would at exit; a caller's process (tests) may train again
+        torch.set_num_threads(threads)   # --threads changed it: a caller gets its own back
 
 
 if __name__ == '__main__':

@@ -21,7 +21,7 @@ import numpy as np
 
 import xmod
 from configurator import UserError
-from run_folder import LOG_COLUMNS, new_key, old_key_names, upgrade_keys
+from run_folder import LOG_COLUMNS
 
 METRICS = ('val_loss_causal', 'val_loss')
 REQUIRED_TOP = ('config', 'params_total', 'params_active', 'flops_per_token', 'tokens_per_iter', 'seed', 'finished')
@@ -118,13 +118,11 @@ BEFORE_SWITCH = dict(router='learned', bce_logits='centred', resid_init='layers'
 
 def model_of(meta, path):
     """The run's model as xmod.GPTConfig builds it from run.json's "model_config" (or "config" in older runs), given
-    only GPTConfig's fields, so that a field added to or dropped from GPTConfig does not break old runs; keys an
-    older run wrote by their old names (run_folder.RENAMED) are read by today's."""
+    only GPTConfig's fields, so that a field added to or dropped from GPTConfig does not break old runs."""
     src = 'model_config' if 'model_config' in meta else 'config'
     given = meta[src]
     if not isinstance(given, dict):
         raise UserError(f'{path}: "{src}" is not an object')
-    given = upgrade_keys(given)
     for k in REQUIRED_MODEL:
         if k not in given:
             raise UserError(f'{path}: {src} is missing key "{k}"')
@@ -167,17 +165,20 @@ def variant(mc):
     return name
 
 
+# The committed fits ordered their runs with four keys spelled as before they took their losses' names: config_key
+# sorts those keys where they stood then, so the order, and so every bootstrap draw, stays what it was
+SORTS_AS = {'router_bce': 'router_aux', 'depth_balance': 'balance', 'moe_balance': 'moe_aux', 'bce_logits': 'router_bce'}
+
+
 def config_key(cfg, with_seed=True):
     """A run's configuration as one string, equal for equal experiments (IGNORE_KEYS and wandb keys
-    out, keys sorted): runs group by it, and it gives them their canonical order (load_runs), the
-    order the bootstrap draws from. with_seed=False gives the configuration's key, the same for all
-    its seeds. Its keys are spelled as before the loss coefficients took their losses' names
-    (run_folder.old_key_names), so that the string sorts as it did and a sweep refits to the same
-    fit.json."""
-    c = {k: v for k, v in old_key_names(cfg).items() if k not in IGNORE_KEYS and not k.startswith('wandb')}
+    out, keys sorted, SORTS_AS): runs group by it, and it gives them their canonical order (load_runs),
+    the order the bootstrap draws from. with_seed=False gives the configuration's key, the same for all
+    its seeds."""
+    c = {k: v for k, v in cfg.items() if k not in IGNORE_KEYS and not k.startswith('wandb')}
     if not with_seed:
         c.pop('seed', None)
-    return json.dumps(c, sort_keys=True, default=str)
+    return json.dumps(dict(sorted(c.items(), key=lambda kv: SORTS_AS.get(kv[0], kv[0]))), default=str)
 
 
 def check_final(meta, last, jpath, lpath):
@@ -211,10 +212,10 @@ def load_run(d):
     if not isinstance(meta['config'], dict):
         raise UserError(f'{jpath}: "config" is not an object')
     mc = model_of(meta, jpath)
-    # the config as --holdout, grouping and the duplicate check see it (by today's key names): gate, depth_balance
+    # the config as --holdout, grouping and the duplicate check see it: gate, depth_balance
     # and the router knobs as the model resolved them, so a run from before a knob existed groups with a later one
     # that left it at its default
-    cfg = dict(upgrade_keys(meta['config']), gate=mc.gate, depth_balance=mc.depth_balance,
+    cfg = dict(meta['config'], gate=mc.gate, depth_balance=mc.depth_balance,
                **{k: getattr(mc, k) for k in ROUTER_KNOBS + tuple(BEFORE_SWITCH)})
     if isinstance(meta['seed'], bool) or not isinstance(meta['seed'], int):
         raise UserError(f'{jpath}: seed must be an integer, got {meta["seed"]!r}')
@@ -338,7 +339,6 @@ def parse_filter(text, keys, max_tokens_all):
             raise UserError(f'--holdout {text!r}: syntax error in {part.strip()!r}: expected KEY OP VALUE (OP one of '
                             f'{" ".join(OPS)}), conditions joined by "and" or ","')
         key, op, value = m[1], m[2].strip(), m[3]
-        key = new_key(key, value)       # an old key name (run_folder.RENAMED) means today's
         if op not in OPS:
             raise UserError(f'--holdout {text!r}: bad operator {op!r} (use one of {" ".join(OPS)})')
         if key not in keys:

@@ -79,10 +79,12 @@ def layout(r):
     import pickle
     import sys
     sys.path.insert(0, os.path.dirname(HERE))
+    import train
     import xmod
-    from run_folder import sizes, train_config
+    from configurator import configure
+    from run_folder import sizes
     args = {**common, **{k: v for k, v in r.items() if k != 'name'}}
-    cfg, _ = train_config([f'--{k}={v}' for k, v in args.items()])
+    cfg, _ = configure([f'--{k}={v}' for k, v in args.items()], train.DEFAULTS, model=xmod.GPTConfig)
     with open(os.path.join(os.path.dirname(HERE), 'data', cfg.dataset, 'meta.pkl'), 'rb') as f:
         mcfg, _, fpt, _ = sizes(cfg, pickle.load(f))
     routed = (f", capacity {mcfg.capacity:.4f} ({xmod.routed_k(mcfg.capacity, cfg.block_size)}/{cfg.block_size} "

@@ -30,6 +30,7 @@ RUNS = os.path.join('results', name, 'runs')           # as train.py (run from t
 
 sys.path.insert(0, os.path.dirname(HERE))
 import run_folder  # noqa: E402  (train.py's budget and cooldown rules, so the kept steps are the branch points)
+import train  # noqa: E402  (its default cooldown_frac)
 
 small = runpy.run_path(os.path.join(HERE, 'cpu_small.py'))
 common = dict(small['common'], threads=1)
@@ -45,7 +46,7 @@ def iters(tokens):
 
 def cooldown_start(tokens):
     """Where a WSD run of this budget starts its cooldown: train.py's own rule, at its default cooldown_frac."""
-    frac = run_folder.train_defaults()['cooldown_frac']
+    frac = train.DEFAULTS['cooldown_frac']
     return run_folder.cooldown_start(types.SimpleNamespace(cooldown_frac=frac), iters(tokens))
 
 

@@ -385,7 +385,7 @@ def test_graders_are_one_per_exercise():
     assert all(f.__name__ == f'grade_{name}' for name, f in graders.GRADERS.items())
 
 
-def test_a_renamed_exercise_keeps_its_old_name():
-    assert exercises.exercise('capacity_k') == 'routed_k'
-    with pytest.raises(exercises.UserError, match="unknown exercise"):
-        exercises.exercise('capacity_kk')
+def test_an_exercise_is_named_by_the_function_it_blanks():
+    assert exercises.exercise('routed_k') == 'routed_k'
+    with pytest.raises(exercises.UserError, match="unknown exercise 'capacity_k'"):
+        exercises.exercise('capacity_k')

@@ -11,10 +11,10 @@ import shutil
 import pytest
 
 import fit_law
+from configurator import UserError
 from law import report
-from law.load import load_runs, mark_heldout, pair_runs
+from law.load import config_key, load_runs, mark_heldout, pair_runs
 from law_runs import cli, make_run, make_sweep, run_main, tiny_sweep
-from run_folder import old_key_names
 
 # -----------------------------------------------------------------------------
 # pairing and held-out selection
@@ -296,40 +296,17 @@ def test_router_knob_ablations_are_named_and_kept_out_of_the_law(tmp_path):
     assert runs == {'ref': 'xmod', 'mom': 'xmod-mom0', 'bce': 'xmod-bce1', 'z': 'xmod-z0.01'}
 
 
-def test_runs_written_with_the_old_key_names_load_as_the_same_runs(tmp_path, capsys):
-    """run.json from before the loss coefficients took their losses' names (router_aux, balance, moe_aux; router_bce
-    the router BCE's logits mode), in config and model_config: each run gets the variant name, the config (what
-    --holdout, grouping and the duplicate check see) and the model that it gets written with today's names, and a
-    --holdout by an old key name selects what it did."""
-    x = dict(model='xmod', n_layer=12, stride=4, capacity=0.125)
-    arms = {'full': x, 'nobal': dict(x, depth_balance=0.0), 'bce': dict(x, router_bce=0.3),
-            'raw': dict(x, bce_logits='raw'), 'modc': dict(model='mod', n_layer=6, stride=2, capacity=0.25,
-                                                          bce_logits='centred'),
-            'moe': dict(model='moe', moe_balance=0.02)}
-    for name, kw in arms.items():
-        make_run(tmp_path / 'new', name, **kw)
-        path = os.path.join(make_run(tmp_path / 'old', name, **kw), 'run.json')
-        meta = json.load(open(path))
-        meta['config'] = old_key_names(meta['config'])
-        if name in ('bce', 'raw', 'moe'):
-            meta['model_config'] = dict(meta['config'])
-        json.dump(meta, open(path, 'w'))
-    assert 'router_aux' in meta['config'] and 'moe_aux' in meta['model_config']
-    new, old = ({r['name']: r for r in load_runs([str(tmp_path / d)])} for d in ('new', 'old'))
-    assert {k: r['variant'] for k, r in old.items()} == {
-        'full': 'xmod', 'nobal': 'xmod-nobal', 'bce': 'xmod-bce0.3', 'raw': 'xmod-raw', 'modc': 'mod-centred',
-        'moe': 'moe'}
-    for name in arms:
-        assert old[name]['variant'] == new[name]['variant'], name
-        assert {k: v for k, v in old[name]['config'].items() if k != 'out_dir'} == {
-            k: v for k, v in new[name]['config'].items() if k != 'out_dir'}, name
-    assert len(load_runs([str(tmp_path / 'old'), str(tmp_path / 'new')])) == len(arms)    # each the same run, read once
-    assert 'read once' in capsys.readouterr().err
-    runs = list(old.values())
-    for holdout, held in (("balance==0 and model=='xmod'", 'nobal'), ('router_aux==0.3', 'bce'),
-                          ("router_bce=='raw'", 'raw'), ('moe_aux==0.02', 'moe')):
-        mark_heldout([holdout], runs)
-        assert [r['name'] for r in runs if r['heldout']] == [held], holdout
+def test_config_key_keeps_the_committed_order_and_old_names_are_unknown(tmp_path):
+    """The canonical run order (the bootstrap draws in it) sorts the four renamed keys where their names of before
+    stood, so committed sweeps refit to the same numbers; a --holdout by a name of before is an unknown key."""
+    key = json.loads(config_key({'batch_size': 1, 'depth_balance': 0.1, 'moe_balance': 0.01, 'model': 'xmod',
+                                 'router_bce': 0.1, 'bce_logits': 'raw', 'router_momentum': 0.9}))
+    assert list(key) == ['depth_balance', 'batch_size', 'model', 'moe_balance', 'router_bce', 'bce_logits',
+                         'router_momentum']
+    make_run(tmp_path, 'x', model='xmod', n_layer=12, stride=4, capacity=0.125)
+    runs = load_runs([str(tmp_path)])
+    with pytest.raises(UserError, match="unknown key 'balance'"):
+        mark_heldout(['balance==0'], runs)
 
 
 def test_a_run_from_before_a_knob_existed_groups_with_one_at_its_default(tmp_path):

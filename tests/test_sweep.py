@@ -155,7 +155,25 @@ def test_commands_and_the_slurm_array_script(tmp_path):
     per_run = 3 * info['flops_per_token'] * info['tokens_per_iter'] * info['n_iters']
     assert rows['dense_seed1'][:4] == ['finished', 'dense_seed1', f'{per_run:.3g}', 'FLOPs']
     assert f"FLOPs: {6 * per_run:.3g} in all, {5 * per_run:.3g} left" in p.stdout
-    assert f"at 1e+09 FLOP/s, {5 * per_run / 1e9 / 3600:.2f} h" in p.stdout
+    assert f"at 1e+09 FLOP/s, {5 * per_run / 1e9:.0f} s" in p.stdout       # seconds of work, said in seconds
+
+
+def test_dry_run_needs_no_data_and_commands_print_floats_minimally(tmp_path, capsys):
+    """The FLOPs follow from the config alone: without the dataset prepared, the vocabulary is GPTConfig's; the time
+    is said in the unit that fits it; a computed float is printed as its shortest spelling (7.5e-05)."""
+    sys.path.insert(0, ROOT)
+    import sweep
+    import xmod
+    sweep_file = tmp_path / 'nodata.py'
+    sweep_file.write_text("name = 'nodata'\ncommon = dict(dataset='no_such_data', max_iters=10, min_lr=0.001 * 0.075)"
+                          "\nruns = [dict(name='a', model='dense')]\n")
+    assert sweep.sweep([str(sweep_file), f'--out={tmp_path / "runs"}', '--dry_run', '--flops_per_s=1e9']) == 0
+    out = capsys.readouterr().out
+    fpt = xmod.flops_per_token(xmod.GPTConfig(model='dense', n_layer=4), 128, 16)
+    total = 3 * fpt * 10 * 16 * 128
+    assert f"FLOPs: {total:.3g} in all" in out and f"at 1e+09 FLOP/s, {total / 1e9 / 60:.0f} min" in out, out
+    assert '--min_lr=7.5e-05 ' in out
+    assert sweep.duration(14) == '14 s' and sweep.duration(3 * 3600) == '3.0 h'
 
 
 def test_gpus_give_each_job_its_own_device(tmp_path, monkeypatch, capsys):

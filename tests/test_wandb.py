@@ -53,3 +53,22 @@ def test_wandb_log_without_the_package_is_one_line(tmp_path, corpus, monkeypatch
     rc = train.main([f'--data_dir={corpus}', f'--out_dir={out}', *TINY, '--wandb_log=True'])
     assert_bad_input(rc, capsys.readouterr().err, 'pip install wandb')
     assert not out.exists()
+
+
+def test_wandb_log_without_a_login_is_one_line(tmp_path, corpus, monkeypatch, capsys):
+    """wandb installed but not logged in (no API key, WANDB_MODE not offline): one line naming `wandb login` and
+    WANDB_MODE=offline, exit 2, nothing written; wandb.init is never reached (it would print a 30-line traceback)."""
+    import sys
+    import types
+
+    def init(*a, **k):
+        raise RuntimeError('wandb.errors.UsageError: No API key configured. Use `wandb login` to log in.')
+    fake = types.ModuleType('wandb')
+    fake.api, fake.init = types.SimpleNamespace(api_key=None), init
+    monkeypatch.setitem(sys.modules, 'wandb', fake)
+    monkeypatch.delenv('WANDB_MODE', raising=False)
+    monkeypatch.delenv('WANDB_API_KEY', raising=False)
+    out = tmp_path / 'run'
+    rc = train.main([f'--data_dir={corpus}', f'--out_dir={out}', *TINY, '--wandb_log=True'])
+    assert_bad_input(rc, capsys.readouterr().err, 'wandb login', 'WANDB_MODE=offline')
+    assert not out.exists()

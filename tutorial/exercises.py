@@ -498,12 +498,7 @@ DEFAULTS = defaults_of(globals())
 COMMANDS = ('list', 'start', 'check')           # the docstring says what each does
 
 
-# Exercises renamed with the function they blank: the old name still works
-RENAMED = {'capacity_k': 'routed_k'}
-
-
 def exercise(name):
-    name = RENAMED.get(name, name)
     if name not in EXERCISES:
         close = difflib.get_close_matches(name, list(EXERCISES), n=1, cutoff=0.0)
         raise UserError(f"unknown exercise {name!r}" + (f"; did you mean {close[0]}?" if close else '')
