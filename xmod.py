@@ -6,17 +6,19 @@ Read it top to bottom (the tutorial's chapters follow the same order):
   1. GPTConfig ....... the model's shape, with a clear error for every bad field; the layer layout
                        (layer_kinds); routed_k, the k tokens per sequence a routed layer takes
   2. the backbone .... RMSNorm, RoPE attention at explicit positions (Attention.qkv), MLP, Block
+                       (its MLP, the dense one or the MoE, called alike: y, aux = mlp(h, routing))
   3. top-k routing ... topk_cut, route_topk: each sequence's own k highest scores
   4. RoutedBlock ..... MoD / X-MoD: a whole block that only k tokens per sequence go through
                        (naive: a loop over sequences, boolean masks; fast: batched gather/scatter)
   5. Router .......... the score (float32 under autocast), the gate on the update, the threshold
   6. balancing ....... depth_balance_loss: every token's expected routed depth near c * R
   7. MoE ............. token-choice top-k over experts (naive: a loop over experts; fast: bmm)
-  8. GPT ............. one loop over layers, each called as x, aux = layer(x, pos, routing); the
-                       losses; the causal thresholds (calibrate); parameter counts; the optimizer
+  8. GPT ............. one forward for training, evaluation and generation: one loop over layers,
+                       each called as x, aux = layer(x, pos, routing, cache); the losses; the causal
+                       thresholds (calibrate); parameter counts; the optimizer; generate
   9. routing_stats ... what the training log records about routing
  10. accounting ...... flops_per_token and match_flops, from the config alone
- 11. generation ...... KVCache; prefill (the prompt in one pass) and decode_next (one token)
+ 11. generation ...... KVCache: the position reached and each layer's keys and values (LayerCache)
  12. `python xmod.py`  the model zoo table
 
 The paper ("X-MoD: Practical Scaling Laws for Sparse-Depth Routing Beyond Mixture-of-Depths") is
@@ -26,8 +28,11 @@ H expert hidden size.
 """
 __version__ = '0.5.0.dev0'       # CHANGELOG.md: what each version changed
 
+import contextlib
 import functools
 import math
+import os
+import sys
 import warnings
 import zlib
 from dataclasses import dataclass, replace
@@ -65,8 +70,8 @@ class GPTConfig:
     model: str = 'dense'            # 'dense' | 'mod' | 'xmod' | 'moe'
     impl: str = 'fast'              # 'fast' (static shapes, compiles) | 'naive' (the idea, plainly)
     # sparse depth (mod, xmod)
-    stride: int = 4                 # xmod: layer l is a dense anchor when l % stride == 0; mod
-                                    # always alternates (2)
+    stride: Optional[int] = None    # layer l is a dense anchor when l % stride == 0; None = family
+                                    # default (mod 2, MoD's alternation, its only stride; the rest 4)
     capacity: float = 0.125         # fraction c of each sequence's tokens a routed layer processes
     gate: Optional[str] = None      # 'variance' (X-MoD) | 'plain' (MoD's) | 'calibrated'
                                     # (variance, sigmoid centred on the threshold); None = family default
@@ -106,8 +111,14 @@ class GPTConfig:
         if int(self.capacity * self.block_size + 0.5) == 0:
             bad('capacity', f'at least {0.5 / self.block_size:.4g} so that a routed layer of block_size='
                             f'{self.block_size} selects at least one token (k = int(capacity*block_size + 0.5))')
+        if self.stride is None:
+            self.stride = 2 if self.model == 'mod' else 4
         if self.stride < 1:
             bad('stride', 'an integer >= 1')
+        if self.model == 'mod' and self.stride != 2:
+            raise ValueError(f"GPTConfig.stride={self.stride} does nothing for model='mod': MoD alternates dense and "
+                             f"routed layers (stride 2); for an anchor every {self.stride} layers use model='xmod' "
+                             f"(train.py: --model=xmod --stride={self.stride})")
         if self.gate is None:
             self.gate = 'variance' if self.model == 'xmod' else 'plain'
         if self.gate not in GATES:
@@ -138,9 +149,9 @@ class GPTConfig:
 
     def anchor_stride(self):
         """The spacing of dense anchors: MoD alternates one dense layer and one routed (Raposo et
-        al., 2024) whatever `stride` says; X-MoD puts an anchor every `stride` layers, capacity
-        independent of stride; stride 1 is dense."""
-        return 2 if self.model == 'mod' else self.stride
+        al., 2024), stride 2, the only one it accepts; X-MoD puts an anchor every `stride` layers,
+        capacity independent of stride; stride 1 is dense."""
+        return self.stride
 
     def is_dense_layer(self, l):
         """The layer layout: layer l is a dense anchor, or a routed layer (mod, xmod)."""
@@ -233,15 +244,15 @@ class Attention(nn.Module):
 
     def forward(self, x, pos, cache=None, seqs=None):
         """Causal attention among the tokens of x (B, T, C), in the given order, at positions pos
-        (qkv). cache (generation): empty, it keeps every token's key and value (after RoPE): the
-        prompt in one pass. Once it holds the prompt, x (n, 1, C) is the next token of each of the
-        sequences seqs (None: all) at positions pos (n, 1): its key and value join the cache and it
-        attends over all its sequence has cached (all earlier: no causal mask; a padding mask where
-        sequences hold different numbers of tokens)."""
+        (qkv). cache (generation, this layer's LayerCache): empty, it keeps every token's key and
+        value (after RoPE): the prompt in one pass. Once it holds the prompt, x (n, 1, C) is the
+        next token of each of the sequences seqs (None: all) at position pos (1,): its key and value
+        join the cache and it attends over all its sequence has cached (all earlier: no causal mask;
+        a padding mask where sequences hold different numbers of tokens)."""
         B, T, C = x.size()
         q, k, v = self.qkv(x, pos)
         if cache is not None and cache.prefilled:
-            keys, values, valid = cache.read(seqs, cache.append(seqs, pos[:, 0], k, v))
+            keys, values, valid = cache.read(seqs, cache.append(seqs, pos, k, v))
             y = F.scaled_dot_product_attention(q, keys, values, attn_mask=valid)   # (n, nh, 1, hs)
             return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
         if cache is not None:
@@ -259,31 +270,33 @@ class MLP(nn.Module):
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x):
-        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
+    def forward(self, h, routing='topk'):
+        """h (..., C) -> y, aux: the MoE's call (section 7), with nothing to report (aux None) and
+        nothing to route."""
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(h)))), None
 
 
 class Block(nn.Module):
-    """A pre-norm transformer block. `delta` is its update f(x) = attn + mlp: the block's output is
-    x + f(x). Routed layers add g * w(r) * f(x) instead, so the residual x is added exactly once
-    (public MoD code that adds the block's *output* x + f(x) back onto x counts the residual
-    twice)."""
-    kind = 'dense'
+    """A pre-norm transformer block, dense (an anchor) or with the MoE as its MLP (kind 'moe'). Its
+    update is f(x) = a + m, attention then MLP: the block's output is x + f(x). Routed layers add
+    g * w(r) * f(x) instead (`delta`), so the residual x is added exactly once (public MoD code
+    that adds the block's *output* x + f(x) back onto x counts the residual twice)."""
 
-    def __init__(self, config, mlp=None):
+    def __init__(self, config, kind='dense'):
         super().__init__()
+        self.kind = kind
         self.ln_1 = nn.RMSNorm(config.n_embd)
         self.attn = Attention(config)
         self.ln_2 = nn.RMSNorm(config.n_embd)
-        self.mlp = mlp if mlp is not None else MLP(config)
+        self.mlp = MoE(config) if kind == 'moe' else MLP(config)
 
     def forward(self, x, pos, routing='topk', cache=None):
-        """A dense layer (an anchor): every token, in either routing mode. Every layer of GPT is
-        called the same way, x, aux = layer(x, pos, routing, cache); a dense layer has nothing to
-        route and reports None. cache: generation's KV cache (Attention.forward), the prompt in one
-        pass or one new token."""
-        f, aux = self.update(x, self.attn(self.ln_1(x), pos, cache), routing)
-        return x + f, aux
+        """Every token, in either routing mode. Every layer of GPT is called the same way, x, aux =
+        layer(x, pos, routing, cache); aux is what the MLP reports (None from a dense one). cache:
+        generation's (Attention.forward), the prompt in one pass or one new token."""
+        a = self.attn(self.ln_1(x), pos, cache)
+        m, aux = self.mlp(self.ln_2(x + a), routing)
+        return x + (a + m), aux
 
     def delta(self, x, pos, cache=None, slots=None, seqs=None):
         """The update f(x) alone, for a routed layer's selected tokens x (B, k, C) at positions pos.
@@ -294,18 +307,7 @@ class Block(nn.Module):
         a = self.attn(self.ln_1(x), pos, cache, seqs)                     # (B, k, C)
         if slots is not None:
             x, a = x.flatten(0, 1)[slots], a.flatten(0, 1)[slots]           # (n, C) each
-        return self.update(x, a)[0]
-
-    def update(self, x, a, routing='topk'):
-        """Attention, then MLP: f = a + mlp(ln_2(x + a)) from the attention's output a, and what the
-        MLP reports."""
-        m, aux = self.ffn(self.ln_2(x + a), routing)
-        return a + m, aux
-
-    def ffn(self, h, routing):
-        """The MLP on the normed stream h, and its aux: None here; MoEBlock puts its mixture of
-        experts here."""
-        return self.mlp(h), None
+        return a + self.mlp(self.ln_2(x + a))[0]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -367,16 +369,14 @@ class RoutedBlock(nn.Module):
     def forward(self, x, pos, routing='topk', cache=None):
         """x (B, T, C) -> x, aux: a RoutedAux, this layer's scores and selection, in top-k mode also
         the scores centred on each sequence's cut (the router's BCE, depth balancing). cache
-        (generation, causal routing): the prompt in one pass fills it with the tokens taken; once
-        filled, x (B, 1, C) is each sequence's next token."""
+        (generation, causal routing; GPT.forward refuses it with top-k): the prompt in one pass
+        fills it with the tokens taken, on the fast path whatever impl (the naive loop keeps no
+        cache); once filled, x (B, 1, C) is each sequence's next token."""
         B, T, C = x.size()
-        if cache is not None:            # threshold and router weight: read once per generation
-            r = self.router(x, pos, cache.router_weight)                    # (B, T)
-            if cache.prefilled:
-                return self.forward_step(x, pos, r, cache)
-            mask = r > cache.threshold
-            return self.forward_fast_causal(x, mask, self.router.gate(r), cache), RoutedAux(r, mask)
         r = self.router(x, pos)                                             # (B, T)
+        if cache is not None and cache.prefilled:
+            mask = r > self.router.threshold()                              # (B, 1)
+            return self.forward_step(x, pos, r, mask, cache), RoutedAux(r, mask)
         w = self.router.gate(r)                                             # (B, T)
         if routing == 'topk':
             taken, mask, cut = route_topk(r, routed_k(self.capacity, T))
@@ -389,12 +389,12 @@ class RoutedBlock(nn.Module):
         else:
             taken, mask = None, r > self.router.threshold()       # causal: token i's own score only
             aux = RoutedAux(r, mask)
-        if self.impl == 'naive':
+        if self.impl == 'naive' and cache is None:
             x = self.forward_naive(x, mask, w)
         elif routing == 'topk':
             x = self.forward_fast(x, taken, w)
         else:
-            x = self.forward_fast_causal(x, mask, w)
+            x = self.forward_fast_causal(x, mask, w, cache)
         return x, aux
 
     def forward_naive(self, x, mask, w):
@@ -434,10 +434,14 @@ class RoutedBlock(nn.Module):
         counts = mask.sum(1)                                      # (B,) tokens taken per sequence
         # k_max and n are the sizes read from the data (one host sync): torch.compile keeps them in
         # one graph as "unbacked" sizes (torch._dynamo.config.capture_scalar_outputs = True, as
-        # train.py sets), told only these bounds. At least one of each, so that no tensor is empty:
-        # when nothing passes, one padding slot runs through the block, its update times 0.
-        k_max, n = torch.stack([counts.max(), counts.sum()]).clamp_min(1).tolist()
-        torch._check(k_max >= 1)
+        # train.py sets), told only these bounds. n at least 1, so that no tensor is empty: when
+        # nothing passes, one padding slot runs through the block, its update times 0. k_max at
+        # least 2 (where T allows): CUDA's attention dispatch asks whether the length is 1, a
+        # question about an unbacked size that breaks the graph; with k_max >= 2 it is answered.
+        # Padding slots sit after the real ones, so under the causal mask they change no real slot.
+        lo = min(2, T)
+        k_max, n = torch.stack([counts.max().clamp_min(lo), counts.sum().clamp_min(1)]).tolist()
+        torch._check(k_max >= lo)
         torch._check(k_max <= T)
         torch._check(n >= 1)
         torch._check(n <= B * k_max)
@@ -456,24 +460,22 @@ class RoutedBlock(nn.Module):
         ws = (w.flatten()[token] * real.flatten()[slots]).unsqueeze(-1)  # (n, 1); 0 on padding
         return x.flatten(0, 1).index_add(0, token, (ws * f).to(x.dtype)).view(B, T, C)
 
-    def forward_step(self, x, pos, r, cache):
-        """Generation's next token of each sequence, x (B, 1, C) at positions pos (B, 1), scored r
-        (B, 1), with the KV cache. Where its score does not pass the threshold the layer does
-        nothing more for it (no attention, no MLP, nothing cached); the others attend over the
-        tokens this layer took before in their own sequence."""
-        mask = r > cache.threshold                                  # (B, 1)
-        aux = RoutedAux(r, mask)
+    def forward_step(self, x, pos, r, mask, cache):
+        """Generation's next token of each sequence, x (B, 1, C) at position pos (1,), scored r (B,
+        1) and taken where mask (B, 1), with the KV cache. Where it is not taken the layer does
+        nothing more for it (no attention, no MLP, no gate, nothing cached); the others attend over
+        the tokens this layer took before in their own sequence."""
         if x.size(0) == 1:   # batch 1: a Python branch, no index ops (most tokens are skipped here)
             if not mask.item():
-                return x, aux
+                return x
             f = self.block.delta(x, pos, cache)                     # (1, 1, C)
-            return x + (self.router.gate(r).unsqueeze(-1) * f).to(x.dtype), aux
+            return x + (self.router.gate(r).unsqueeze(-1) * f).to(x.dtype)
         seqs = mask[:, 0].nonzero().squeeze(1)                      # (n,) sequences that take it
         if seqs.numel() == 0:
-            return x, aux
-        f = self.block.delta(x[seqs], pos[seqs], cache, seqs=seqs)  # (n, 1, C); their caches only
+            return x
+        f = self.block.delta(x[seqs], pos, cache, seqs=seqs)        # (n, 1, C); their caches only
         w = self.router.gate(r[seqs]).unsqueeze(-1)                 # (n, 1, 1)
-        return x.index_add(0, seqs, (w * f).to(x.dtype)), aux       # x + gated f there
+        return x.index_add(0, seqs, (w * f).to(x.dtype))            # x + gated f there
 
 
 # --------------------------------------------------------------------------------------------------
@@ -543,28 +545,29 @@ class Router(nn.Module):
         self.register_buffer('thr_steps', torch.zeros(()))
         # random routing's draw for training forwards and the batch's first row (GPT.set_draw)
         self.register_buffer('draw', torch.zeros(2, dtype=torch.long), persistent=False)
+        self.frozen = None      # (unit weight, threshold) while a generation runs (frozen_routers)
 
     @in_float32
-    def forward(self, x, pos=None, weight=None):
+    def forward(self, x, pos=None):
         """x (B, T, C) at positions pos (T,) or (B, T), default 0..T-1 -> scores (B, T), in float32
         (in_float32). Only random routing reads pos: a learned score looks at the token alone. The
         variance gate normalises each token's input (RMSNorm) and the weight (unit norm), so scores
         have the same scale at every depth and use no statistics across positions (a per-batch or
-        per-sequence normalisation would leak the future into causal routing). weight: unit_weight()
-        when the caller has it already (generation reads it once, new_caches)."""
+        per-sequence normalisation would leak the future into causal routing)."""
         if self.random:
             pos = torch.arange(x.size(1), device=x.device) if pos is None else pos
             # evaluation: one fixed draw
             draw, row0 = self.draw if self.training else (EVAL_DRAW, self.draw[1])
             return random_scores(draw, row0, self.layer_idx, x.size(0), pos)
-        weight = self.unit_weight() if weight is None else weight
         if self.variance:
-            return F.linear(F.rms_norm(x, (x.size(-1),)), weight).squeeze(-1)
-        return F.linear(x, weight).squeeze(-1)
+            return F.linear(F.rms_norm(x, (x.size(-1),)), self.unit_weight()).squeeze(-1)
+        return F.linear(x, self.weight).squeeze(-1)
 
     def unit_weight(self):
         """The scoring vector (1, C) that forward uses: the weight, at unit norm for the variance
         gate."""
+        if self.frozen is not None:
+            return self.frozen[0]
         return self.weight / self.weight.norm() if self.variance else self.weight
 
     def gate(self, r):
@@ -581,6 +584,8 @@ class Router(nn.Module):
         return r                                  # MoD: the raw router weight (Raposo et al., 2024)
 
     def threshold(self):
+        if self.frozen is not None:
+            return self.frozen[1]
         if self.random:                       # each token passes with probability c (random_scores)
             return torch.full_like(self.thr_sum, 1.0 - self.capacity)
         return self.thr_sum / (1.0 - self.momentum ** self.thr_steps).clamp_min(1e-12)
@@ -617,18 +622,6 @@ def depth_balance_loss(p, target):
 # --------------------------------------------------------------------------------------------------
 # 7. The small MoE: token-choice top-k over experts, Switch balancing, z-loss, capacity factor
 
-class MoEBlock(Block):
-    """A block whose MLP is the MoE: attention is dense, the MLP is a mixture. Same weights' names
-    as Block."""
-    kind = 'moe'
-
-    def __init__(self, config):
-        super().__init__(config, mlp=MoE(config))
-
-    def ffn(self, h, routing):
-        return self.mlp(h, routing)           # causal routing (generation): each token routed alone
-
-
 class MoEAux(NamedTuple):
     """What an MoE layer reports beside x: its two losses (GPT.aux_losses) and two statistics
     (routing_stats)."""
@@ -639,7 +632,7 @@ class MoEAux(NamedTuple):
 
 
 class MoE(nn.Module):
-    """Replaces a block's MLP. Each token picks its expert_top_k experts (softmax over the router's
+    """Replaces a block's MLP (Block(config, 'moe')): attention stays dense. Each token picks its expert_top_k experts (softmax over the router's
     logits, renormalised over the chosen ones). Each expert takes at most expert_slots tokens per
     batch; first choices have priority over second choices, then earlier tokens; the rest are
     dropped (they pass through the residual)."""
@@ -655,7 +648,8 @@ class MoE(nn.Module):
 
     def forward(self, x, routing='topk'):
         """x (B, T, C) -> y (B, T, C), aux: the balance and z losses, each expert's load, the
-        dropped fraction."""
+        dropped fraction. In causal routing (generation: each token routed alone) nothing is
+        dropped (expert_slots)."""
         B, T, C = x.size()
         xf = x.reshape(B * T, C)                                             # (N, C)
         logits = self.router_logits(xf)                                      # (N, E) float32
@@ -736,10 +730,8 @@ class GPT(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.config = config
-        layers = []
-        for l, kind in enumerate(layer_kinds(config)):
-            layers.append(RoutedBlock(config, l) if kind == 'routed' else MoEBlock(config) if kind == 'moe' else
-                          Block(config))
+        layers = [RoutedBlock(config, l) if kind == 'routed' else Block(config, kind)
+                  for l, kind in enumerate(layer_kinds(config))]
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
             drop=nn.Dropout(config.dropout),
@@ -767,9 +759,11 @@ class GPT(nn.Module):
 
     # -- forward -----------------------------------------------------------------------------------
 
-    def forward(self, idx, targets=None, routing='topk', return_aux=False):
+    def forward(self, idx, targets=None, routing='topk', cache=None, return_aux=False):
         """idx (B, T) token ids; targets (B, T) or None. routing: 'topk' (training) or 'causal'
-        (sampling and the honest validation loss). Returns (logits, loss): logits (B, T, V) with
+        (sampling and the honest validation loss). cache (generation, causal routing only): a
+        KVCache that idx continues, at positions from cache.offset on: empty, idx is the prompt;
+        after it, one new token per sequence (T = 1). Returns (logits, loss): logits (B, T, V) with
         targets, else (B, 1, V); loss is what training minimises, the LM cross-entropy plus the
         weighted auxiliary losses (router BCE and depth balance in top-k mode, the MoE's always).
         return_aux=True adds a third value, aux = {'losses': each loss, unweighted and detached,
@@ -778,17 +772,26 @@ class GPT(nn.Module):
         if routing not in ROUTINGS:
             raise ValueError(f"routing={routing!r} is invalid: allowed {' | '.join(ROUTINGS)}")
         B, T = idx.size()
-        if T > self.config.block_size:
-            raise ValueError(f"sequence length {T} exceeds block_size={self.config.block_size}")
+        start = 0 if cache is None else cache.offset
+        if cache is not None and routing != 'causal':
+            raise ValueError(f"routing={routing!r} with a KV cache: generation routes causally (top-k looks at later "
+                             f"tokens, which a cache has not seen); pass routing='causal'")
+        if start > 0 and T != 1:
+            raise ValueError(f"a KV cache that holds {start} tokens takes one new token per sequence, got {T}")
+        if start + T > self.config.block_size:
+            raise ValueError(f"sequence length {start + T} exceeds block_size={self.config.block_size}")
         if routing == 'causal':
             self.warn_if_uncalibrated()
-        pos = torch.arange(T, device=idx.device)                     # each token's position; a
-                                                                     # routed layer keeps it
+        # each token's position; a routed layer keeps it
+        pos = torch.arange(start, start + T, device=idx.device)
         x = self.transformer.drop(self.transformer.wte(idx))          # (B, T, C)
         layers = []
-        for layer in self.transformer.h:                        # dense, routed and MoE layers alike
-            x, aux = layer(x, pos, routing)
+        caches = cache.layers if cache is not None else [None] * len(self.transformer.h)
+        for layer, layer_cache in zip(self.transformer.h, caches):  # dense, routed and MoE alike
+            x, aux = layer(x, pos, routing, layer_cache)
             layers.append(aux)
+        if cache is not None:
+            cache.offset += T
         x = self.transformer.ln_f(x)
         if targets is None:
             logits = self.lm_head(x[:, [-1], :])             # (B, 1, V): generation needs only this
@@ -940,33 +943,32 @@ class GPT(nn.Module):
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, window='refill'):
         """Sample with causal routing: no routed layer or expert looks at a position after the one
         predicted. use_cache: the prompt in one pass, then each new token runs each layer once with
-        its KV cache (section 11; a routed layer caches only the tokens it took), instead of
+        the KV cache (section 11; a routed layer caches only the tokens it took), instead of
         recomputing the whole window. Past block_size, window says what the model sees: 'refill'
-        (with the cache) re-fills the cache once from the last half window (a prefill of the last
-        block_size // 2 tokens, at positions 0..) and decodes on until the window is full again, so
-        each token sees between block_size / 2 and block_size tokens; 'exact' slides the window by
-        one token, every position changes, and each step recomputes it (as use_cache=False does)."""
+        (with the cache) re-fills the cache once from the last half window (the last block_size // 2
+        tokens in one pass, at positions 0..) and decodes on until the window is full again, so each
+        token sees between block_size / 2 and block_size tokens; 'exact' slides the window by one
+        token, every position changes, and each step recomputes it (as use_cache=False does)."""
         if window not in WINDOWS:
             raise ValueError(f"window={window!r} is invalid: allowed {' | '.join(WINDOWS)}")
-        T_max = self.config.block_size
-        caches, start = None, 0                                # idx[:, start:] is the cached window
-        for _ in range(max_new_tokens):
-            T = idx.size(1)
-            if not use_cache or (window == 'exact' and T > T_max):
-                logits = self(idx[:, -T_max:], routing='causal')[0][:, -1, :]
-            elif caches is None or T - start > T_max:                 # the prompt, or a full window
-                start = max(0, T - T_max) if caches is None else T - max(1, T_max // 2)
-                caches = new_caches(self, idx.size(0), idx.device)
-                logits = prefill(self, idx[:, start:], caches)
-            else:
-                logits = decode_next(self, idx[:, -1], T - 1 - start, caches)
-            logits = logits.float() / max(temperature, 1e-8)   # float32: autocast's bf16/fp16
-                                                               # logits overflow here
-            if top_k is not None:
-                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                logits[logits < v[:, [-1]]] = -float('inf')
-            idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
-            idx = torch.cat((idx, idx_next), dim=1)
+        T_max, cache = self.config.block_size, None
+        with frozen_routers(self):               # read once for all the tokens, not per forward
+            for _ in range(max_new_tokens):
+                if not use_cache or (window == 'exact' and idx.size(1) > T_max):
+                    cache, context = None, idx[:, -T_max:]                 # the whole window again
+                elif cache is None or cache.offset == T_max:               # the prompt, or a full cache
+                    context = idx[:, -T_max:] if cache is None else idx[:, -max(1, T_max // 2):]
+                    cache = KVCache(self, idx.size(0))
+                else:
+                    context = idx[:, -1:]                                  # the newest token
+                logits, _ = self(context, routing='causal', cache=cache)
+                # float32: autocast's bf16/fp16 logits overflow here
+                logits = logits[:, -1, :].float() / max(temperature, 1e-8)
+                if top_k is not None:
+                    v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                    logits[logits < v[:, [-1]]] = -float('inf')
+                idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+                idx = torch.cat((idx, idx_next), dim=1)
         return idx
 
 
@@ -1058,8 +1060,8 @@ def match_flops(dense, model, stride=None, n_layer=None, capacity=None, tol=0.02
     """Return a mod/xmod config whose forward FLOPs per token at dense.block_size are within tol of
     the dense config's. With n_layer given, solve the capacity (an integer k of block_size tokens);
     without it, try every total depth and keep the one whose solved capacity is closest (in ratio)
-    to `capacity` (default dense.capacity, i.e. 0.125). X-MoD with stride 1 has no routed layer: it
-    is the dense model itself. Raises ValueError when nothing lands within tol. (The MoE is matched
+    to `capacity` (default dense.capacity, i.e. 0.125). stride: None, the family's default (mod 2,
+    xmod 4). X-MoD with stride 1 has no routed layer: it is the dense model itself. Raises ValueError when nothing lands within tol. (The MoE is matched
     on active parameters instead, by its expert_hidden default.)"""
     if dense.model != 'dense':
         raise ValueError(f"match_flops needs a dense config, got model={dense.model!r}")
@@ -1068,8 +1070,7 @@ def match_flops(dense, model, stride=None, n_layer=None, capacity=None, tol=0.02
     T = dense.block_size
     target = flops_per_token(dense)
     capacity = capacity if capacity is not None else dense.capacity
-    base = replace(dense, model=model, stride=stride if stride is not None else dense.stride, gate=None,
-                   depth_balance=None)
+    base = replace(dense, model=model, stride=stride, gate=None, depth_balance=None)
     depths = [n_layer] if n_layer is not None else range(1, (max_layers or 8 * dense.n_layer) + 1)
     cands = []
     for L in depths:
@@ -1094,23 +1095,49 @@ def match_flops(dense, model, stride=None, n_layer=None, capacity=None, tol=0.02
 # 11. Generation with a KV cache: the prompt in one pass, then one token at a time (use_cache)
 
 class KVCache:
-    """One attention layer's keys and values (B, nh, L, hs), after RoPE, of the tokens it has taken
-    so far: a dense layer every token, a routed layer those that passed its causal threshold (read
-    once, `threshold`), so each sequence has its own `length`."""
+    """What generation keeps of B sequences between forwards (GPT.forward's cache): `offset`, the
+    tokens they hold so far, hence the next token's position, and each layer's keys and values in
+    `layers`, one LayerCache per layer."""
 
-    def __init__(self, B, n_head, head_size, L, device, dtype, threshold=None, router_weight=None):
+    def __init__(self, model, B):
+        c, weight = model.config, model.lm_head.weight
+        self.offset = 0
+        self.layers = [LayerCache(B, c.n_head, c.n_embd // c.n_head, c.block_size, weight.device, weight.dtype)
+                       for _ in model.transformer.h]
+
+
+@contextlib.contextmanager
+def frozen_routers(model):
+    """Within it, each router's unit weight and threshold are computed once (Router.frozen), not at
+    every forward: a generation runs a forward per token and layer, and they change only in
+    training."""
+    routers = [layer.router for layer in model.routed_layers()]
+    for router in routers:
+        router.frozen = (router.unit_weight(), router.threshold())
+    try:
+        yield
+    finally:
+        for router in routers:
+            router.frozen = None
+
+
+class LayerCache:
+    """One attention layer's keys and values (B, nh, L, hs), after RoPE, of the tokens it has taken
+    so far, and their positions: a dense layer every token, a routed layer those that passed its
+    causal threshold, so each sequence has its own `length`."""
+
+    def __init__(self, B, n_head, head_size, L, device, dtype):
         self.k = torch.zeros(B, n_head, L, head_size, device=device, dtype=dtype)
         self.v = torch.zeros_like(self.k)
         self.pos = torch.full((B, L), -1, dtype=torch.long, device=device)
         self.length = torch.zeros(B, dtype=torch.long, device=device)
         # the longest row, a Python int: rows all that long read plain views (no mask, no sync)
         self.filled = 0
-        self.threshold, self.router_weight = threshold, router_weight  # a routed layer's, fixed
         # holds the prompt: from then on each forward brings one token per sequence
         self.prefilled = False
 
     def append(self, seqs, pos, k, v):
-        """seqs (n,) the sequences taking a token at positions pos (n,), or None for all of them,
+        """seqs (n,) the sequences taking a token at position pos (1,), or None for all of them,
         when all have the same length (a dense layer; a routed layer at batch 1); k, v (n, nh, 1,
         hs), in any dtype (autocast gives bf16 values): they are written in the cache's own. Returns
         the seqs' lengths (n,) after it (None: all)."""
@@ -1155,40 +1182,6 @@ class KVCache:
         return self.k[seqs, :, :L], self.v[seqs, :, :L], valid[:, None, None, :]
 
 
-def new_caches(model, B, device):
-    """One empty KVCache per layer for B sequences; a routed layer's holds its calibrated causal
-    threshold and its router's unit weight, read once for the whole generation."""
-    c = model.config
-    model.warn_if_uncalibrated()
-    dtype = model.lm_head.weight.dtype
-    return [KVCache(B, c.n_head, c.n_embd // c.n_head, c.block_size, device, dtype,
-                    *((layer.router.threshold(), layer.router.unit_weight()) if layer.kind == 'routed' else ()))
-            for layer in model.transformer.h]
-
-
-@torch.no_grad()
-def prefill(model, idx, caches):
-    """The prompt idx (B, T) in one causal pass that fills every layer's cache (caches: new_caches);
-    logits (B, V) of the token after it. Equals decoding the prompt token by token, in one pass
-    instead of T."""
-    x = model.transformer.wte(idx)                                      # (B, T, C)
-    pos = torch.arange(idx.size(1), device=idx.device)
-    for layer, cache in zip(model.transformer.h, caches):
-        x, _ = layer(x, pos, 'causal', cache)
-    return model.lm_head(model.transformer.ln_f(x[:, -1]))
-
-
-@torch.no_grad()
-def decode_next(model, idx, pos, caches):
-    """Logits (B, V) of the token after idx (B,) at position pos (an int), every layer run once for
-    that token with its KV cache. Equals the causal forward's logits at pos."""
-    x = model.transformer.wte(idx).unsqueeze(1)                         # (B, 1, C)
-    p = torch.full((idx.size(0), 1), pos, dtype=torch.long, device=idx.device)   # (B, 1)
-    for layer, cache in zip(model.transformer.h, caches):
-        x, _ = layer(x, p, 'causal', cache)
-    return model.lm_head(model.transformer.ln_f(x))[:, 0]
-
-
 # --------------------------------------------------------------------------------------------------
 # 12. The model zoo: `python xmod.py`
 
@@ -1212,7 +1205,6 @@ def zoo(dense=None):
 
 
 if __name__ == '__main__':
-    from configurator import print_for_a_reader  # `python xmod.py | head -3`: no traceback
     base = GPTConfig()
     lines = [f"Model zoo: n_embd={base.n_embd}, n_head={base.n_head}, block_size={base.block_size}, "
              f"vocab_size={base.vocab_size} (train.py's defaults). mod and xmod are FLOP-matched (within 2%) to the "
@@ -1223,4 +1215,8 @@ if __name__ == '__main__':
     for r in zoo(base):
         lines.append(f"| {r['model']} | {r['stride']} | {r['n_layer']} | {r['capacity']} | {r['layout']} | "
                      f"{r['params']:,} | {r['active']:,} | {r['rho']:.2f} | {r['flops'] / 1e6:.2f}M |")
-    print_for_a_reader('\n'.join(lines))
+    try:
+        print('\n'.join(lines), flush=True)
+    except BrokenPipeError:        # `python xmod.py | head -3` stopped reading: no error, no traceback
+        # Python flushes stdout once more at exit, which would raise again: point it at /dev/null
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

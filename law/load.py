@@ -129,7 +129,7 @@ def model_of(meta, path):
     if given['model'] not in xmod.MODELS:
         raise UserError(f'{path}: unknown model {given["model"]!r} (expected one of {", ".join(xmod.MODELS)})')
     fields = {f.name for f in dataclasses.fields(xmod.GPTConfig)}
-    given = {**BEFORE_SWITCH, **given}
+    given = {**BEFORE_SWITCH, **given, **({'stride': 2} if given['model'] == 'mod' else {})}   # MoD's one stride
     try:
         return xmod.GPTConfig(**{k: v for k, v in given.items() if k in fields})
     except (TypeError, ValueError) as e:

@@ -28,7 +28,7 @@ def model_lines(dtype):
         for impl in xmod.IMPLS:
             torch.manual_seed(0)
             cfg = xmod.GPTConfig(model=model, impl=impl, n_layer=6 if model != 'moe' else 2, n_embd=32, n_head=2,
-                                 block_size=32, vocab_size=50, stride=3, capacity=0.25)
+                                 block_size=32, vocab_size=50, stride=None if model == 'mod' else 3, capacity=0.25)
             m = xmod.GPT(cfg)
             opt = m.configure_optimizers(0.1, 3e-3, (0.9, 0.99), 'cpu')
             g = torch.Generator().manual_seed(1)

@@ -302,8 +302,8 @@ WHOLE_COPY_MUTATIONS = [
     ('causal routing updates landing on the first sequence',
      'token = (taken + T * torch.arange(B, device=x.device).unsqueeze(1)).flatten()[slots]',
      'token = taken.flatten()[slots]', 'RoutedBlock.forward_fast_causal'),
-    ('the MoE dropping by capacity in causal routing', 'return self.mlp(h, routing)', 'return self.mlp(h)',
-     'MoEBlock.ffn'),
+    ('the MoE dropping by capacity in causal routing', 'm, aux = self.mlp(self.ln_2(x + a), routing)',
+     'm, aux = self.mlp(self.ln_2(x + a))', 'Block.forward'),
     # initialisation: the twins' checks copy the repository's weights in, only the fresh-model check sees these
     ('the X-MoD gain initialised to 1/(s-1), not 1/sqrt(s-1)',
      'self.gain = nn.Parameter(torch.tensor(1.0 / math.sqrt(routed_per_span)))',
@@ -377,6 +377,18 @@ def test_secondary_hints_follow_the_primary_mistake(tmp_path):
     hints = failures('depth_balance_loss', tmp_path)
     assert 'not divided by r' in hints[0].lower() and not any('keep p on the graph' in h for h in hints), hints
     assert any('follows from the loss not divided by R' in h for h in hints[1:]), hints
+
+
+def test_interleaved_rope_pairs_fail_the_broadcast_check_as_a_knock_on(tmp_path):
+    """apply_rope with interleaved pairs (x0, x1), (x2, x3): the first check names the pairing, and the check of a
+    (1, T, hs/2) table, which broadcasts fine, says that it fails because of the first (TEACHERS.md)."""
+    write_copy(tmp_path, 'apply_rope', textwrap.dedent("""\
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).flatten(-2)"""))
+    hints = failures('apply_rope', tmp_path)
+    assert len(hints) == 2 and 'interleaved' in hints[0], hints
+    assert 'the first check' in hints[1] and 'interleaved' in hints[1], hints
 
 
 def test_graders_are_one_per_exercise():

@@ -283,7 +283,7 @@ def test_nan_stops_and_keeps_last_good_checkpoint(corpus, tmp_path, monkeypatch,
     calls = {'train': 0}
 
     def forward(self, idx, targets=None, routing='topk', return_aux=False):
-        out = real_forward(self, idx, targets, routing, return_aux)
+        out = real_forward(self, idx, targets, routing, return_aux=return_aux)
         if self.training:
             calls['train'] += 1
             if calls['train'] > 3:

@@ -91,7 +91,7 @@ def test_shapes_finite_and_learns_a_batch(model):
 
 def test_layer_layout():
     assert layer_kinds(tiny('xmod', n_layer=8, stride=4)) == ['dense', 'routed', 'routed', 'routed'] * 2
-    assert layer_kinds(tiny('mod', n_layer=4, stride=4)) == ['dense', 'routed'] * 2   # mod ignores stride
+    assert layer_kinds(tiny('mod', n_layer=4)) == ['dense', 'routed'] * 2
     assert layer_kinds(tiny('xmod', n_layer=4, stride=1)) == ['dense'] * 4             # stride 1 is dense
     assert layer_kinds(tiny('moe')) == ['moe'] * 4
     assert tiny('xmod').gate == 'variance' and tiny('mod').gate == 'plain'
@@ -220,7 +220,7 @@ def record_routed_io(model):
 def test_topk_processes_exactly_k_and_unselected_pass_bit_for_bit(model, impl):
     torch.manual_seed(0)
     B, T, c = 3, 30, 0.2
-    m = GPT(tiny(model, impl=impl, capacity=c, n_layer=6, stride=3))
+    m = GPT(tiny(model, impl=impl, capacity=c, n_layer=6, stride=2 if model == 'mod' else 3))
     k = routed_k(c, T)
     log, counts, _ = record_routed_io(m)
     m(*batch(B, T))
@@ -390,7 +390,8 @@ def test_flops_per_token_matches_flop_counter(model, T):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
     B = 2
-    cfg = tiny(model, n_embd=64, n_head=4, block_size=64, n_layer=6, stride=3, capacity=0.125)
+    cfg = tiny(model, n_embd=64, n_head=4, block_size=64, n_layer=6, stride=2 if model == 'mod' else 3,
+               capacity=0.125)
     m = GPT(cfg)
     x, y = batch(B, T)
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
@@ -521,6 +522,16 @@ def test_moe_balance_loss_is_one_when_uniform_and_drops_are_counted(impl):
 def test_bad_configs_raise(kw, field):
     with pytest.raises(ValueError, match=field):
         GPTConfig(**kw)
+
+
+def test_stride_is_a_family_default_and_mod_refuses_another():
+    """stride=None is the family's: MoD's alternation (2), 4 for the rest. MoD with any other stride is refused,
+    naming the family that has one (the command line says the same: train.py builds a GPTConfig)."""
+    assert [GPTConfig(model=m).stride for m in ('dense', 'mod', 'xmod', 'moe')] == [4, 2, 4, 4]
+    assert GPTConfig(model='mod', stride=2).anchor_stride() == 2 and GPTConfig(model='xmod', stride=8).stride == 8
+    with pytest.raises(ValueError, match=r"stride=4 does nothing for model='mod'.*model='xmod'.*--stride=4"):
+        GPTConfig(model='mod', stride=4)
+    assert match_flops(GPTConfig(), 'mod').stride == 2 and match_flops(GPTConfig(stride=2), 'xmod').stride == 4
 
 
 def test_readme_model_zoo_is_what_python_xmod_prints():
@@ -790,3 +801,35 @@ def test_moe_at_capacity_factor_one_matches_the_dense_flops():
     moe = replace(dense, model='moe', expert_capacity_factor=1.0)
     assert abs(flops_per_token(moe, batch_size=16) / flops_per_token(dense) - 1) < 0.005
     assert flops_per_token(replace(moe, expert_capacity_factor=1.25), batch_size=16) > 1.1 * flops_per_token(dense)
+
+
+def test_causal_routing_compiles_where_attention_asks_whether_the_length_is_one(monkeypatch):
+    """CUDA's attention dispatch asks whether the sequence length is 1. In causal routing that length is k_max, the
+    most tokens a sequence took, a size read from the data that torch.compile knows only by its bounds: the question
+    broke the compiled graph at each routed layer (on an H200). Here the CPU's attention is wrapped to ask it too.
+    k_max is at least 2 where T allows (padding after the real slots, which the causal mask keeps out of them), so
+    the question has an answer: one graph, and the same logits, for a batch whose sequences take at most one token."""
+    sdpa, lengths = F.scaled_dot_product_attention, []
+
+    def asking(q, k, v, **kw):
+        lengths.append(q.size(-2))
+        if q.size(-2) == 1:                                  # the question CUDA's dispatch asks
+            return sdpa(q, k, v, **kw)
+        return sdpa(q, k, v, **kw)
+
+    torch.manual_seed(0)
+    m = GPT(tiny('xmod', n_layer=2, stride=2)).eval()
+    m.transformer.h[1].router.thr_sum.fill_(1e9)            # nothing passes: one padding slot would do
+    m.transformer.h[1].router.thr_steps.fill_(1)
+    x, y = batch(2, 32)
+    with torch.no_grad():
+        want = m(x, y, routing='causal')[1]
+    monkeypatch.setattr(F, 'scaled_dot_product_attention', asking)
+    with torch.no_grad():
+        assert m(x, y, routing='causal')[1].item() == want.item()
+    assert lengths == [32, 2]                                # the anchor's, then the routed layer's k_max
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(capture_scalar_outputs=True), torch.no_grad():
+        explained = torch._dynamo.explain(m)(x, y, routing='causal')
+    torch._dynamo.reset()
+    assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons

@@ -193,7 +193,9 @@ def grade_apply_rope(m, ref, g):
         expect(same(got.norm(dim=-1), x.norm(dim=-1)), 'norms changed: not a rotation')
     with g.check('one (1, T, hs/2) table broadcasts over batch and heads (a dense layer)'):
         c1, s1 = tables(pos[:1])
-        match(m.apply_rope(x, c1, s1), rotated(x, pos[:1].expand(B, T)), [],
+        match(m.apply_rope(x, c1, s1), rotated(x, pos[:1].expand(B, T)), [
+            (rotated(x, pos[:1].expand(B, T), interleaved=True), 'pairs taken interleaved, as in the first check: '
+                                                                'this follows from it, the table broadcasts fine')],
               'with cos/sin of shape (1, T, hs/2) every sequence must be rotated at those positions')
     with g.check("q . k after RoPE depends only on the distance between the two tokens' positions"):
         q, k = torch.randn(hs), torch.randn(hs)
@@ -546,7 +548,7 @@ def grade_flops_per_token(m, ref, g):
             'moe': "an MoE layer: attention 8d^2 + 4Td, router 2dE, and E * expert_slots / N slots per token of "
                    "4 d expert_hidden (the capacity's padding included)"}
     for model, T in [('dense', 64), ('xmod', 64), ('xmod', 32), ('mod', 64), ('moe', 64)]:
-        cfg = replace(base, model=model, gate=None, depth_balance=None)
+        cfg = replace(base, model=model, stride=2 if model == 'mod' else base.stride, gate=None, depth_balance=None)
         with g.check(f'{model} at T={T}: within 2% of torch\'s FlopCounterMode'):
             measured, got = counted_flops(ref, cfg, T), m.flops_per_token(cfg, T, batch_size=2)
             if abs(got / measured - 1) < 0.02:
@@ -583,7 +585,7 @@ def grade_match_flops(m, ref, g):
     flops = lambda cfg: ref.flops_per_token(ref.GPTConfig(**asdict(cfg)))    # the repository's count, any config
     target = flops(dense)
     # (model, stride, n_layer, k of 128): README's model zoo, and stride 8
-    for model, stride, n_layer, k in [('xmod', 4, 12, 16), ('mod', 4, 6, 47), ('xmod', 2, 6, 47), ('xmod', 8, 16, 21)]:
+    for model, stride, n_layer, k in [('xmod', 4, 12, 16), ('mod', 2, 6, 47), ('xmod', 2, 6, 47), ('xmod', 8, 16, 21)]:
         with g.check(f"{model}{f' stride {stride}' if model == 'xmod' else ''}: {n_layer} layers, k = {k} of 128 "
                      f"(within 2%, the capacity closest to c = 0.125 in ratio)"):
             cfg = m.match_flops(dense, model, stride=stride)
@@ -768,7 +770,8 @@ def twin_shape(model, impl):
     """Tiny, but every path runs: mod DrDr, xmod DrrrD (routed layers take 4 of 16 tokens), the MoE's 3 experts
     with 2 choices each overflow their capacity."""
     return dict(model=model, impl=impl, n_layer={'dense': 2, 'mod': 4, 'xmod': 5, 'moe': 2}[model], n_head=2,
-                n_embd=16, block_size=16, vocab_size=32, stride=4, capacity=0.25, n_expert=3, expert_top_k=2)
+                n_embd=16, block_size=16, vocab_size=32, stride=2 if model == 'mod' else 4, capacity=0.25, n_expert=3,
+                expert_top_k=2)
 
 
 def tokens(seed, B=3, T=16):
@@ -891,22 +894,23 @@ def flops_problem(m, ref, theirs, ours):
                 f"{counted:.6g}")
 
 
+@torch.no_grad()
 def decoded(module, model, idx, prompt=6):
-    """Logits (B, T - prompt + 1, V): the prompt in one pass (prefill), then one token at a time (decode_next)."""
-    caches = module.new_caches(model, idx.size(0), idx.device)
-    out = [module.prefill(model, idx[:, :prompt], caches)]
+    """Logits (B, T - prompt + 1, V): GPT.forward with a KVCache, the prompt in one pass, then one token at a time."""
+    cache = module.KVCache(model, idx.size(0))
+    out = [model(idx[:, :prompt], routing='causal', cache=cache)[0]]
     for t in range(prompt, idx.size(1)):
-        out.append(module.decode_next(model, idx[:, t], t, caches))
-    return torch.stack(out, 1)
+        out.append(model(idx[:, t:t + 1], routing='causal', cache=cache)[0])
+    return torch.cat(out, 1)
 
 
 def generation_problem(m, ref, theirs, ours):
     theirs.eval()
     ours.eval()
-    for B in (3, 1):                               # batch 1: RoutedBlock.decode's branch without index ops
+    for B in (3, 1):                               # batch 1: RoutedBlock.forward_step's branch without index ops
         idx = tokens(0, B=B)
         if not same(decoded(m, theirs, idx), decoded(ref, ours, idx)):
-            return f'the cached logits (prefill, then decode_next) differ at batch {B}'
+            return f'the cached logits (the prompt, then one token at a time) differ at batch {B}'
         with torch.random.fork_rng(devices=[]):
             got = theirs.generate(idx[:, :6], 8, top_k=1)                 # greedy: no sampling noise
             expected = ours.generate(idx[:, :6], 8, top_k=1)
@@ -985,7 +989,8 @@ WHOLE_MODEL = [
      lambda m, ref: each_family(m, ref, causality_problem)),
     ('FLOPs per token: flops_per_token, and what the model runs (FlopCounterMode)',
      lambda m, ref: each_family(m, ref, flops_problem)),
-    ('cached generation: prefill, decode_next, generate', lambda m, ref: each_family(m, ref, generation_problem)),
+    ('cached generation: GPT.forward with a KVCache, generate',
+     lambda m, ref: each_family(m, ref, generation_problem)),
     ('the causal thresholds after a calibration step (GPT.calibrate)',
      lambda m, ref: each_family(m, ref, calibration_problem)),
     ("initialisation: a fresh GPT against a fresh one of the repository's (names, shapes, each tensor's mean and "
