@@ -4,7 +4,7 @@ run_folder.py: what several scripts share about a run folder and a run's plan.
   - run.json, log.csv (its first columns, LOG_COLUMNS, are a contract fit_law.py reads) and ckpt.pt, every write
     atomic; load_model for the scripts that use a trained model; one trainer per folder (RunLock)
   - a run's plan from its config alone (model_config, sizes: FLOP matching, the budget) and the fixed validation
-    windows (eval_starts), which train.py trains, sweep.py adds up (--dry_run) and routing_plot.py reads
+    windows (eval_starts), which train.py trains, sweeps/sweep.py adds up (--dry_run) and tools/routing_plot.py reads
 """
 import contextlib
 import csv
@@ -77,7 +77,7 @@ def load_checkpoint(path, map_location='cpu', missing='nothing to resume (start 
 
 def load_model(out_dir, dev):
     """(the run's model on dev, in eval mode: causal thresholds frozen, dropout off; its checkpoint), for the scripts
-    that use a trained model (sample.py, downstream.py). UserError when the checkpoint is missing or does not
+    that use a trained model (sample.py, tools/downstream.py). UserError when the checkpoint is missing or does not
     rebuild."""
     # to the CPU first: only the weights are used, and the optimizer state (twice the weights) stays off the GPU
     ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), map_location='cpu',
@@ -210,7 +210,7 @@ def fmt(v):
 
 # ----------------------------------------------------------------------------------------------------------------------
 # A run's plan, from its config alone: the model (FLOP matching), the budget, the fixed validation windows. train.py
-# trains it; sweep.py adds up its FLOPs (--dry_run) and routing_plot.py reads its windows without starting a run
+# trains it; sweeps/sweep.py adds up its FLOPs (--dry_run) and tools/routing_plot.py reads its windows without starting a run
 
 def model_keys(cfg):
     """{field: value} of the train config's keys that are GPTConfig's fields (all but vocab_size, the data's)."""
@@ -251,7 +251,7 @@ def model_config(cfg, vocab_size):
 
 def sizes(cfg, meta=None):
     """(model config, tokens per iteration, forward FLOPs per token, iterations) of a run's config on a dataset
-    with this meta.pkl (None: GPTConfig's vocab_size): what run.json records, and what sweep.py --dry_run adds up
+    with this meta.pkl (None: GPTConfig's vocab_size): what run.json records, and what sweeps/sweep.py --dry_run adds up
     without starting a run."""
     meta = meta or {}
     vocab_size = meta.get('vocab_size', xmod.GPTConfig.vocab_size)

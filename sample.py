@@ -90,8 +90,8 @@ def sample(argv):
 
 
 def write_routing_png(model, ids, decode, out_dir):
-    """out_dir/routing.png of the first block_size tokens of ids (routing_plot.py), and its depth statistics."""
-    from routing_plot import write_routing
+    """out_dir/routing.png of the first block_size tokens of ids (tools/routing_plot.py), and its depth statistics."""
+    from tools.routing_plot import write_routing
     write_routing(os.path.join(out_dir, 'routing.png'), model, ids, decode, os.path.join(out_dir, 'ckpt.pt'))
 
 

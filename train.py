@@ -106,14 +106,14 @@ compile = False             # torch.compile: on a GPU; on a CPU, only long runs 
 cuda_graphs = False         # with compile: the training step replayed from CUDA graphs (reduce-overhead); CUDA only
 peak_tflops = 0.0           # the GPU's peak TFLOP/s for log.csv's mfu (0 = by device name, train.PEAK_TFLOPS)
 backend = ''                # DDP backend, '' = nccl on GPU, gloo on CPU
-threads = 0                 # CPU threads for the whole run (0 = torch's default; sweep.py sets one per job)
+threads = 0                 # CPU threads for the whole run (0 = torch's default; sweeps/sweep.py sets one per job)
 seed = 1337                 # initial weights, data order and dropout
 # -----------------------------------------------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals(), GPTConfig, skip=('vocab_size',))   # the settings above, then GPTConfig's fields
 
 
 # -----------------------------------------------------------------------------------------------------------------
-# devices: what --device and --dtype become (sample.py, downstream.py and bench.py use these too)
+# devices: what --device and --dtype become (sample.py, tools/downstream.py and bench.py use these too)
 
 def pick_device(name, local_rank=None):
     """'' picks cuda, then mps, then cpu; under DDP each rank takes cuda:local_rank."""
@@ -287,7 +287,7 @@ def open_run(cfg, explicit, world_size, lock=None):
       resume   the checkpoint in out_dir, with its config (this command line's session keys and overrides on top)
       auto     resume when out_dir has a checkpoint, else scratch
       PATH/ckpt_S.pt  a branch: a new run in its own out_dir from that kept step, with its own budget; a branch whose
-               out_dir already holds its checkpoint continues it, like auto (sweep.py reruns its commands)"""
+               out_dir already holds its checkpoint continues it, like auto (sweeps/sweep.py reruns its commands)"""
     check_config(cfg, world_size, explicit)
     if lock is not None:
         lock.take(cfg.out_dir, create=False)
@@ -822,7 +822,7 @@ def train(argv, lock):
         run_folder.write_json(run_path, info)
         print(f"done: {n_iters:,} iters, {time.time() - t0:.0f}s; val_loss {last_eval['val_loss']:.4f}, "
               f"val_loss_causal {last_eval['val_loss_causal']:.4f}; sample with: python sample.py "
-              f"--out_dir={cfg.out_dir}; its curves: python plot_run.py {cfg.out_dir}")
+              f"--out_dir={cfg.out_dir}; its curves: python tools/plot_run.py {cfg.out_dir}")
     if ddp:         # the ranks leave together, each on its own device (nccl: never a guessed one)
         torch.distributed.barrier(**({'device_ids': [local_rank]} if device_type == 'cuda' else {}))
     return 0

@@ -9,11 +9,12 @@ training tokens instead of 2M, chosen from the runs of cpu_small's `plan` by nam
   - seed noise: the reference pair (stride 4, 12 layers) at seeds 0, 1, 2; the same pair at twice the tokens
   - one ablation: the reference X-MoD with MoD's plain gate
 
-    python sweep.py sweeps/classroom.py --out=my_results/classroom/runs
+    python sweeps/classroom.py --out=my_results/classroom/runs
     python fit_law.py my_results/classroom/runs --out my_results/classroom
 """
 import os
 import runpy
+import sys
 
 name = 'classroom'
 jobs = 2
@@ -39,3 +40,8 @@ runs = [r for r in cpu_small['plan'](tokens_per_iter=2048, width=64, tokens=M, b
         if r['name'] in KEEP]
 missing = KEEP - {r['name'] for r in runs}
 assert not missing, f"cpu_small's plan no longer makes {sorted(missing)}: update KEEP"
+
+
+if __name__ == '__main__':          # python sweeps/classroom.py [--dry_run | --commands | --jobs=N | ...]
+    import sweep
+    sys.exit(sweep.main([__file__] + sys.argv[1:]))

@@ -4,14 +4,14 @@ width 128, T=128, 2M tokens, the cpu_small recipe (cosine, min_lr = lr / 10), 1 
 tokens are 8% of pycode's 25M training bytes: no run repeats data.
 
     python data/pycode/prepare.py                    # once: the corpus (train.py refuses --dataset=pycode without it)
-    python sweep.py sweeps/cpu_code.py
+    python sweeps/cpu_code.py
     python fit_law.py --lr results/cpu_code/runs --out results/cpu_code
 
 1. Each arm on the rates 2e-3, 4e-3, 8e-3 (seed 0), extended by 2x past an edge that holds its best finished rate
    (cpu_lr.tune; a diverged run counts as worse than any).
 2. Seeds 1 and 2 at the best rate and at every rate within 0.005 of it in seed 0 (cpu_lr.seed_rates); the seed mean
    then chooses (law.rates.best_rate).
-sweep.py --dry_run: 6.84e13 training FLOPs for the 6 runs of the grid (1.14e13 a run, both arms), before the edges
+sweeps/sweep.py --dry_run: 6.84e13 training FLOPs for the 6 runs of the grid (1.14e13 a run, both arms), before the edges
 and seeds are known; with seeds at one rate per arm, 10 runs and 1.14e14, about an hour on 2 quiet cores. The layouts
 (python sweeps/cpu_code.py): dense DDDD 1.901M FLOPs/token, X-MoD DrrrDrrrDrrr at c 0.125 (16/128) 1.896M.
 
@@ -19,6 +19,7 @@ and seeds are known; with seeds at one rate per arm, 10 runs and 1.14e14, about 
 """
 import os
 import runpy
+import sys
 
 name = 'cpu_code'
 jobs = 2
@@ -94,6 +95,7 @@ def layout(r):
 
 runs = tuned(RUNS, arm, GRID)
 
-if __name__ == '__main__':                  # python sweeps/cpu_code.py: the pair's layouts (sweep.py reads `runs`)
-    for kind in ARMS:
-        print(layout(arm(kind, 4e-3)))
+
+if __name__ == '__main__':          # python sweeps/cpu_code.py [--dry_run | --commands | --jobs=N | ...]
+    import sweep
+    sys.exit(sweep.main([__file__] + sys.argv[1:]))

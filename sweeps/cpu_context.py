@@ -2,7 +2,7 @@
 data/pycode, each arm at its own tuned rate with 3 seeds (the rule of sweeps/cpu_code.py, whose `arm` and `tuned`
 build the runs). At T=128 a routed layer at c 0.125 attends over 16 tokens; here over 64 or more.
 
-    python sweep.py sweeps/cpu_context.py
+    python sweeps/cpu_context.py
     python sweeps/cpu_context.py                     # the FLOP-matched layouts below
     python fit_law.py --lr results/cpu_context/runs --out results/cpu_context
 
@@ -19,12 +19,13 @@ nearest to the k = 64 the study asks for. Both X-MoD arms run; with pycode's voc
 
 1. Each arm on 2e-3, 4e-3, 8e-3 (seed 0), extended by 2x past an edge that holds its best finished rate.
 2. Seeds 1 and 2 at the best rate and at every rate within 0.005 of it in seed 0; the seed mean chooses.
-sweep.py --dry_run: 1.45e14 training FLOPs for the 9 runs of the grid (1.61e13 a run, every arm), before the edges and
+sweeps/sweep.py --dry_run: 1.45e14 training FLOPs for the 9 runs of the grid (1.61e13 a run, every arm), before the edges and
 seeds are known; with seeds at one rate per arm, 15 runs and 2.42e14: about 10 minutes a run, 1.3 hours with 2 at a
 time.
 """
 import os
 import runpy
+import sys
 
 name = 'cpu_context'
 jobs = 2
@@ -43,6 +44,7 @@ def arm(kind, lr, seed=0):
 
 runs = code['tuned'](RUNS, arm, code['GRID'], arms=tuple(STRIDES))
 
-if __name__ == '__main__':                  # python sweeps/cpu_context.py: the matched layouts (sweep.py reads `runs`)
-    for kind in STRIDES:
-        print(code['layout'](arm(kind, 4e-3)))
+
+if __name__ == '__main__':          # python sweeps/cpu_context.py [--dry_run | --commands | --jobs=N | ...]
+    import sweep
+    sys.exit(sweep.main([__file__] + sys.argv[1:]))

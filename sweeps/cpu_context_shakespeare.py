@@ -3,7 +3,7 @@ source: dense (4 layers) against X-MoD stride 4 at width 128, 2M tokens, T = 512
 3 seeds (the rule of sweeps/cpu_code.py, whose `arm` and `tuned` build the runs). Stride 5, which was worse on code,
 is left out.
 
-    python sweep.py sweeps/cpu_context_shakespeare.py
+    python sweeps/cpu_context_shakespeare.py
     python sweeps/cpu_context_shakespeare.py         # the FLOP-matched layouts below
     python fit_law.py --lr results/cpu_context_shakespeare/runs --out results/cpu_context_shakespeare
 
@@ -14,12 +14,13 @@ With Shakespeare's characters and batch 4 x 512:
 
 1. Each arm on 2e-3, 4e-3, 8e-3 (seed 0), extended by 2x past an edge that holds its best finished rate.
 2. Seeds 1 and 2 at the best rate and at every rate within 0.005 of it in seed 0; the seed mean chooses.
-sweep.py --dry_run: 9.52e13 training FLOPs for the 6 runs of the grid (1.59e13 a run), before the edges and seeds are
+sweeps/sweep.py --dry_run: 9.52e13 training FLOPs for the 6 runs of the grid (1.59e13 a run), before the edges and seeds are
 known. Measured (from a worktree pinned at c1921c0): 11 runs (the X-MoD grid extended down to 1e-3; 4 seeded runs),
 24.1 minutes with 2 at a time, about 4.4 minutes a one-thread run.
 """
 import os
 import runpy
+import sys
 
 name = 'cpu_context_shakespeare'
 jobs = 2
@@ -37,6 +38,7 @@ def arm(kind, lr, seed=0):
 
 runs = code['tuned'](RUNS, arm, code['GRID'])
 
-if __name__ == '__main__':            # python sweeps/cpu_context_shakespeare.py: the layouts (sweep.py reads `runs`)
-    for kind in code['ARMS']:
-        print(code['layout'](arm(kind, 4e-3)))
+
+if __name__ == '__main__':          # python sweeps/cpu_context_shakespeare.py [--dry_run | --commands | --jobs=N | ...]
+    import sweep
+    sys.exit(sweep.main([__file__] + sys.argv[1:]))

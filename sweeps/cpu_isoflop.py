@@ -4,7 +4,7 @@ tokens = budget / (3 x its FLOPs per token); each arm's optimum is the minimum o
 sizes. MoD's claim is about these optima (the best MoD model is bigger than the best dense one and beats it), not
 about one FLOP-matched pair.
 
-    python sweep.py sweeps/cpu_isoflop.py
+    python sweeps/cpu_isoflop.py
     python fit_law.py --isoflop results/cpu_isoflop/runs 'results/cpu_lr/runs/*_2M_lr0.004*' --out results/cpu_isoflop
 
 Arms: dense (4 layers) and X-MoD stride 4 FLOP-matched to it (4 anchors, depth and capacity solved near c 0.125,
@@ -13,7 +13,7 @@ results/cpu_lr's runs at 4e-3 (the same recipe, tokens and seeds). Seeds 0-2. Wh
 the smallest width, width 32 joins (an edge, as cpu_lr extends its rate grid).
 The rate: the tuned rule lr = 4e-3 x (128 / width)^2, min_lr = lr / 10 (results/cpu_lr's seed-mean best rates,
 64: 1.6e-2, 128: 4e-3, 192: 2e-3, lie on it within a factor 1.13); at 48 and 32 the rule is an extrapolation.
-Sized with `python sweep.py sweeps/cpu_isoflop.py --dry_run`: see docs/results.md.
+Sized with `python sweeps/cpu_isoflop.py --dry_run`: see docs/results.md.
 """
 import os
 import runpy
@@ -68,3 +68,8 @@ def widths():
 
 
 runs = [arm(kind, w, seed) for seed in SEEDS for w in widths() for kind in ('dense', 'xmod')]
+
+
+if __name__ == '__main__':          # python sweeps/cpu_isoflop.py [--dry_run | --commands | --jobs=N | ...]
+    import sweep
+    sys.exit(sweep.main([__file__] + sys.argv[1:]))

@@ -2,7 +2,7 @@
 (2e-3) at every width; scaling studies find that tuning the rate per size moves fitted laws (Porian et al. 2024),
 so the reference pair (4 dense layers against X-MoD stride 4, c ~0.125, T=128, 2M tokens) is rerun on a grid.
 
-    python sweep.py sweeps/cpu_lr.py                              # the grid, then what it finds (below)
+    python sweeps/cpu_lr.py                              # the grid, then what it finds (below)
     python fit_law.py --lr results/cpu_lr/runs --out results/cpu_lr    # the table and the loss-against-rate plot
 
 1. The grid: widths 64, 128, 192 x peak rates 1e-3 .. 8e-3 (8x), seed 0, min_lr = lr / 10, cosine as before.
@@ -12,13 +12,14 @@ so the reference pair (4 dense layers against X-MoD stride 4, c ~0.125, T=128, 2
    Delta at tuned rates has 3 and 5 seeds per arm. A rate within 0.005 of the best in seed 0 gets the same seeds,
    and the seed mean decides (seed_rates; at width 128 X-MoD's 8e-3 was 0.0004 behind its 4e-3).
 
-Steps 2 and 3 read the finished runs of results/cpu_lr/runs each time sweep.py reads this file (before each start),
-so the runs they add join the same call; `python sweep.py sweeps/cpu_lr.py --dry_run` shows the state. Every run is
+Steps 2 and 3 read the finished runs of results/cpu_lr/runs each time sweeps/sweep.py reads this file (before each start),
+so the runs they add join the same call; `python sweeps/cpu_lr.py --dry_run` shows the state. Every run is
 2M tokens at the cpu_small recipe otherwise, 1 thread each, 2 at a time; about 2.5 hours for the grid and the seeds.
 """
 import json
 import os
 import runpy
+import sys
 
 name = 'cpu_lr'
 jobs = 2
@@ -107,3 +108,8 @@ for width in WIDTHS:
     for kind in ('dense', 'xmod'):
         for lr in seed_rates(lambda lr: final_val(RUNS, arm(kind, width, lr)['name']), GRID):
             runs += [arm(kind, width, lr, seed=s) for s in SEEDS[width]]
+
+
+if __name__ == '__main__':          # python sweeps/cpu_lr.py [--dry_run | --commands | --jobs=N | ...]
+    import sweep
+    sys.exit(sweep.main([__file__] + sys.argv[1:]))

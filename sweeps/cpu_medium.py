@@ -1,9 +1,9 @@
 """cpu_medium: what cpu_small left open, run beside it and fitted together with it. Same data, recipe and scale
 (width 128, context 128, 2M tokens unless said; sweeps/cpu_small.py), with the causal thresholds calibrated once per
-optimizer step and the routing diagnostics in every log. 3.11e14 training FLOPs (sweep.py --dry_run); 3.3 job-hours
+optimizer step and the routing diagnostics in every log. 3.11e14 training FLOPs (sweeps/sweep.py --dry_run); 3.3 job-hours
 measured (the runs' elapsed_s summed: 2.6e10 FLOP/s a job, evaluations included), so about 1.7 h at 2 runs at a time.
 
-    python sweep.py sweeps/cpu_medium.py
+    python sweeps/cpu_medium.py
     python fit_law.py results/cpu_small/runs results/cpu_medium/runs --out results/cpu_medium
 
 1. Statistical power: the reference pair (X-MoD stride 4, c=0.125 against 4 dense layers) gets seeds 3-5 at T=128
@@ -15,6 +15,7 @@ measured (the runs' elapsed_s summed: 2.6e10 FLOP/s a job, evaluations included)
 """
 import os
 import runpy
+import sys
 
 name = 'cpu_medium'
 jobs = 2
@@ -36,3 +37,8 @@ runs = [
     #    width: stride 4 at widths 64 and 192, against cpu_small's dense_L4_d64_* and dense_L4_d192_*
     *[xmod(4, 0, 4, n_embd=d, tokens=b, tag=f'_d{d}') for d in (64, 192) for b in (M // 2, M, 2 * M)],
 ]
+
+
+if __name__ == '__main__':          # python sweeps/cpu_medium.py [--dry_run | --commands | --jobs=N | ...]
+    import sweep
+    sys.exit(sweep.main([__file__] + sys.argv[1:]))

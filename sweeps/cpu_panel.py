@@ -21,7 +21,7 @@ results/cpu_lr (width 128, T=128, 2M tokens, cosine, the cpu_small recipe). That
                alone; whatever the learned router adds over it is what routing learns
   resid_active X-MoD with its residual projections initialised for the depth a token passes (4.1), not 12
 
-    python sweep.py sweeps/cpu_panel.py
+    python sweeps/cpu_panel.py
     python fit_law.py --lr results/cpu_panel/runs 'results/cpu_lr/runs/dense_L4_d128_*' 'results/cpu_lr/runs/xmod_s4_L12_*' \
         --panel --out results/cpu_panel     # lr.json, lr.md, lr_vs_loss.png, panel.md
 
@@ -29,14 +29,13 @@ results/cpu_lr (width 128, T=128, 2M tokens, cosine, the cpu_small recipe). That
    best finished rate (a diverged run counts as worse than any), as sweeps/cpu_lr.py does.
 2. Seeds 1-4 at the best rate and at every rate within 0.005 of it in seed 0 (cpu_lr.seed_rates); the seed
    mean then chooses (law.rates.best_rate). The same rule gives the reference X-MoD seeds 1-4 at 8e-3, 0.0004 behind
-   its 4e-3 in seed 0: `python sweep.py sweeps/cpu_lr.py` runs them (4 runs, 4.5e13 FLOPs).
-About 40 runs of about 1.1e13 training FLOPs each (sweep.py --dry_run: 2.4e14 for the 21 runs of the grid, before
+   its 4e-3 in seed 0: `python sweeps/cpu_lr.py` runs them (4 runs, 4.5e13 FLOPs).
+About 40 runs of about 1.1e13 training FLOPs each (sweeps/sweep.py --dry_run: 2.4e14 for the 21 runs of the grid, before
 the edges and seeds are known): about 3 hours with 2 one-thread runs at a time on 2 quiet cores.
 """
 import os
 import runpy
 import sys
-from dataclasses import replace
 
 name = 'cpu_panel'
 jobs = 2
@@ -55,7 +54,7 @@ from xmod import GPTConfig, flops_per_token  # noqa: E402
 # MoD at c = 0.125 sees the reference dense run's training FLOPs: tokens = its tokens x dense FLOPs / MoD FLOPs per token
 DENSE = GPTConfig(n_layer=4, n_embd=128, block_size=128, vocab_size=84)
 MOD_TOKENS = 2048 * round(2_000_896 * flops_per_token(DENSE) / flops_per_token(
-    replace(DENSE, model='mod', n_layer=8, capacity=0.125)) / 2048)
+    GPTConfig(model='mod', n_layer=8, capacity=0.125, n_embd=128, block_size=128, vocab_size=84)) / 2048)
 
 GRID = (2e-3, 4e-3, 8e-3)
 SEEDS = (1, 2, 3, 4)        # 3 and 4: the 3-seed standard errors missed the issue's 0.006
@@ -90,3 +89,8 @@ runs = [arm(key, lr) for lr in (4e-3, 8e-3, 2e-3) for key in ARMS]
 runs += [arm(key, lr) for key in ARMS for lr in lr_sweep['tune'](loss_at(key), GRID)[0] if lr not in GRID]
 for key in ARMS:
     runs += [arm(key, lr, seed=s) for lr in lr_sweep['seed_rates'](loss_at(key), GRID) for s in SEEDS]
+
+
+if __name__ == '__main__':          # python sweeps/cpu_panel.py [--dry_run | --commands | --jobs=N | ...]
+    import sweep
+    sys.exit(sweep.main([__file__] + sys.argv[1:]))

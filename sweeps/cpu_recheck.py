@@ -2,7 +2,7 @@
 tuned rate. At 2e-3 the T=256 pair gave Delta -0.0118 +- 0.0025, and the 0.5M-token pairs of strides 2, 4 and 8 led
 by 0.025 to 0.052; at the reference point (T=128, 2M tokens) tuning turned a lead into a deficit (results/cpu_lr).
 
-    python sweep.py sweeps/cpu_recheck.py
+    python sweeps/cpu_recheck.py
     python fit_law.py --lr results/cpu_recheck/runs --out results/cpu_recheck
 
 1. Each arm on the rates 2e-3, 4e-3, 8e-3 (seed 0, min_lr = lr / 10, cosine as before), extended by 2x past an edge
@@ -18,7 +18,7 @@ by 0.025 to 0.052; at the reference point (T=128, 2M tokens) tuning turned a lea
    switch that exists).
 The arms: the 4-layer dense model against X-MoD strides 2 (c 0.531), 4 (c 0.125) and 8 (c 0.250) at 0.5M tokens,
 then the T=256 pair at 2M tokens (X-MoD stride 4, c 0.125, depth solved), then part 3. 38 runs, 2.3e14 training
-FLOPs (`python sweep.py sweeps/cpu_recheck.py --dry_run`); about 1.8 hours with its 2 jobs on 2 CPU cores, as
+FLOPs (`python sweeps/cpu_recheck.py --dry_run`); about 1.8 hours with its 2 jobs on 2 CPU cores, as
 measured: the elapsed_s of results/cpu_recheck/runs sum to 3.7 hours of 1-thread jobs (1.7e10 FLOP/s each,
 evaluations included). Resumable.
 
@@ -26,6 +26,7 @@ evaluations included). Resumable.
 """
 import os
 import runpy
+import sys
 
 name = 'cpu_recheck'
 jobs = 2
@@ -68,3 +69,8 @@ for key in ARMS:
         runs += [arm(key, lr, seed=s) for s in SEEDS]
 BALANCE = {'xmod_s4_balance0.5': lambda **kw: xmod(4, 12, 4, depth_balance=0.5, tag='_balance0.5', **kw)}
 runs += [arm('xmod_s4_balance0.5', 4e-3, seed=s, arms=BALANCE) for s in (0, 1, 2)]
+
+
+if __name__ == '__main__':          # python sweeps/cpu_recheck.py [--dry_run | --commands | --jobs=N | ...]
+    import sweep
+    sys.exit(sweep.main([__file__] + sys.argv[1:]))

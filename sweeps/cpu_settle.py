@@ -1,8 +1,8 @@
 """cpu_settle: what cpu_medium left unsettled, at cpu_small's recipe and scale (width 128, context 128, 2M tokens
-unless said). 4.4e14 training FLOPs (sweep.py --dry_run), 4.4 job-hours measured (elapsed_s summed): about 2.2 h on
+unless said). 4.4e14 training FLOPs (sweeps/sweep.py --dry_run), 4.4 job-hours measured (elapsed_s summed): about 2.2 h on
 2 CPU cores (2 runs at a time); resumable like every sweep.
 
-    python sweep.py sweeps/cpu_settle.py
+    python sweeps/cpu_settle.py
     python fit_law.py results/cpu_small/runs results/cpu_medium/runs results/cpu_settle/runs --out results/cpu_settle
 
 1. Statistical power. cpu_medium's 6 seeds per arm gave a seed std of the paired Delta of ~0.012 at T=128 and ~0.008
@@ -14,6 +14,7 @@ unless said). 4.4e14 training FLOPs (sweep.py --dry_run), 4.4 job-hours measured
 """
 import os
 import runpy
+import sys
 
 name = 'cpu_settle'
 jobs = 2
@@ -40,3 +41,8 @@ runs = [
     *[r for s in range(11, 16) for r in pair(s)],                                   # power, T=128, second half
     *[xmod(4, 12, 4, tokens=4 * M, **fix) for fix in FIXES],                        # fixes at 4M tokens
 ]
+
+
+if __name__ == '__main__':          # python sweeps/cpu_settle.py [--dry_run | --commands | --jobs=N | ...]
+    import sweep
+    sys.exit(sweep.main([__file__] + sys.argv[1:]))

@@ -3,7 +3,7 @@ solved as in cpu_lr: c 0.14), one warmup-stable-decay run per arm, corpus and se
 branches at 2, 4 and 8M (sweeps/cpu_wsd.py's branches: a branch equals a WSD run of its budget): Delta at 2, 4, 8 and
 16M tokens, up to about 80 training tokens per active parameter, 3 seeds, T=128, 1 thread a run, 2 at a time.
 
-    python sweep.py sweeps/cpu_tokens.py     # a branch joins the queue once its parent has kept its step
+    python sweeps/cpu_tokens.py     # a branch joins the queue once its parent has kept its step
     python fit_law.py --lr 'results/cpu_tokens/runs/*_2M_pycode_lr*' 'results/cpu_tokens/runs/*_2M_d64_pycode_lr*' \
         --out results/cpu_tokens/lr                  # the pycode rate tune alone (--lr does not tell corpora apart)
 
@@ -17,13 +17,14 @@ Two corpora:
 2. The WSD runs (lr_schedule=wsd, min_lr = lr / 10, cooldown the last 20% of each budget) at that rate, seeds 0-2,
    seed by seed so that a partial sweep already has both corpora, then each one's branches as their steps are kept.
 The MoE arm is left out until the baseline panel (sweeps/cpu_panel.py) says whether it pays.
-sweep.py --dry_run before any run: the 6 tune runs (3.34e12 training FLOPs each) and the 6 Shakespeare WSD runs
+sweeps/sweep.py --dry_run before any run: the 6 tune runs (3.34e12 training FLOPs each) and the 6 Shakespeare WSD runs
 (2.57e13 each), 1.74e14 FLOPs. Everything once listed (the pycode rates known, the 36 branches; run_flops counts a
 branch's cooldown only): 54 runs, 3.9e14 FLOPs to train (6.1e14 were each branch a separate run). At the issue's
 estimate, about 25 minutes a 16M-token run at width 64, about 3 hours on 2 cores.
 """
 import os
 import runpy
+import sys
 
 name = 'cpu_tokens'
 jobs = 2
@@ -73,3 +74,8 @@ runs = [tune_arm(kind, lr) for kind in code['ARMS']
         for lr in code['lr_sweep']['tune'](code['loss_at'](os.path.join(ROOT, RUNS), tune_arm, kind), GRID)[0]]
 for seed in SEEDS:
     runs += [r for corpus in CORPORA for kind in code['ARMS'] for r in wsd_runs(kind, corpus, seed)]
+
+
+if __name__ == '__main__':          # python sweeps/cpu_tokens.py [--dry_run | --commands | --jobs=N | ...]
+    import sweep
+    sys.exit(sweep.main([__file__] + sys.argv[1:]))

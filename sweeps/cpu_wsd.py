@@ -2,7 +2,7 @@
 learning rate, to tell a schedule effect from a data effect. Every earlier budget had its own cosine run; Delta
 shrank from budget to budget but hardly moved inside a 2M-token run, which points at the schedule.
 
-    python sweep.py sweeps/cpu_wsd.py       # a branch joins the queue once its parent has kept its step
+    python sweeps/cpu_wsd.py       # a branch joins the queue once its parent has kept its step
     python fit_law.py results/cpu_wsd/runs --out results/cpu_wsd
 
 1. Stable runs: the reference pair (4 dense layers against X-MoD stride 4, c 0.125, width 128, T=128) with
@@ -14,7 +14,7 @@ shrank from budget to budget but hardly moved inside a 2M-token run, which point
    seeds 0-2, then seed 0 at 2e-3 and 8e-3, which asks whether the best rate moves with the budget.
 4. Separate cosine runs at 4e-3 at the same budgets (seed 0 right after seed 0's branches), to put Delta(D) from
    the branches beside Delta(D) from a run per budget (2M: results/cpu_lr has those).
-This file lists a branch only once its parent has kept its step (sweep.py reads it again before each start). About
+This file lists a branch only once its parent has kept its step (sweeps/sweep.py reads it again before each start). About
 6 hours on 2 CPU cores in all (2 runs at a time), resumable, and the runs are useful in the order listed.
 """
 import os
@@ -101,3 +101,8 @@ for lr, seed in POINTS:
 runs += [arm(kind, TUNED, 0, LONG, 'cosine') for kind in ARMS]       # 8M cosine: the costliest comparison, last
 for seed in (1, 2):
     runs += [arm(kind, TUNED, seed, b, 'cosine') for b in (*BUDGETS, LONG) for kind in ARMS if b != 2 * M]
+
+
+if __name__ == '__main__':          # python sweeps/cpu_wsd.py [--dry_run | --commands | --jobs=N | ...]
+    import sweep
+    sys.exit(sweep.main([__file__] + sys.argv[1:]))

@@ -31,13 +31,13 @@
 #     then, one after another (30 + 30 + 45 = 105 s of limits):
 #     dense     30 s  [18]  its FLOP-matched dense partner, the same 500 steps, eager
 #     ddp       30 s  [25, killed] 20 X-MoD steps through torchrun + nccl, eager
-#     per_gpu   45 s        4 gpu_small runs at once on the one GPU (sweep.py --gpus=0 --per_gpu=4), eager, 1.6M
+#     per_gpu   45 s        4 gpu_small runs at once on the one GPU (sweeps/sweep.py --gpus=0 --per_gpu=4), eager, 1.6M
 #                           tokens each (about 100 steps), with --dry_run's FLOPs before: tokens/s per run when 4
 #                           share a GPU (beside phase A's compiles, which take CPU: a floor)
 #   phase B, at once (35 s):
 #     sample    35 s        sample.py with the KV cache on the X-MoD run; greedy cached == uncached in float32 with
 #                           --window=exact, 300 new tokens (past block_size both recompute the same window)
-#     downstream 25 s       downstream.py (shakespeare_next_line) on the X-MoD run
+#     downstream 25 s       tools/downstream.py (shakespeare_next_line) on the X-MoD run
 #   bench       35 s        bench.py at width 128, T=1024, bf16, eager: train, causal eval, decode at batch 1
 #   bench_768  140 s        a d=768 12-layer dense model and its 36-layer X-MoD, T=1024, train phase, eager (MFU)
 #                           then compiled (fullgraph, cold: 75-140 s for the X-MoD): whatever the deadline leaves,
@@ -197,8 +197,8 @@ else
         step ddp 30 '^done: ' "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 train.py --model=xmod \
             --backend=$BACKEND $TRAIN_ARGS --max_iters=$DDP_ITERS --eval_interval=$DDP_ITERS --out_dir="$W/run_ddp" \
             --overwrite=True
-        step per_gpu 45 '^per_gpu: ' bash -c "$PY sweep.py $W/per_gpu_sweep.py --out=$W/per_gpu --dry_run $SHARE && \
-            $PY sweep.py $W/per_gpu_sweep.py --out=$W/per_gpu $SHARE && for f in $W/per_gpu/*/log.csv; do \
+        step per_gpu 45 '^per_gpu: ' bash -c "$PY sweeps/sweep.py $W/per_gpu_sweep.py --out=$W/per_gpu --dry_run $SHARE && \
+            $PY sweeps/sweep.py $W/per_gpu_sweep.py --out=$W/per_gpu $SHARE && for f in $W/per_gpu/*/log.csv; do \
             tail -n1 \$f | awk -F, -v run=\$(basename \$(dirname \$f)) \
             '{print \"per_gpu: \" run \" step \" \$1 \", \" \$6 \" tokens/s\"}'; done"
     } &
@@ -215,7 +215,7 @@ else
         --num_samples=1 --max_new_tokens=$NEW_TOKENS --top_k=1 --use_cache=\$c --window=exact --dtype=float32 \
         --device=$DEV > $W/greedy_\$c.txt || exit 1; done && cmp $W/greedy_True.txt $W/greedy_False.txt && \
         echo 'greedy: cached == uncached, $NEW_TOKENS tokens in float32 with --window=exact'" &
-    step downstream 25 '^shakespeare_next_line ' "$PY" downstream.py --out_dir="$W/run_xmod" $DOWNSTREAM &
+    step downstream 25 '^shakespeare_next_line ' "$PY" tools/downstream.py --out_dir="$W/run_xmod" $DOWNSTREAM &
     wait
 fi
 collect

@@ -9,11 +9,11 @@ active parameters, the CPU studies' reference point): 2M, 8M, 32M tokens. Peak r
 sqrt(2) times that (a half-octave apart), min_lr = lr / 10, cosine, warmup 50 steps; bf16 autocast, eager.
 Seeds 0-3 at widths 128 and 256, seeds 0-1 at 512 (what fits, below); 60 runs.
 
-    python sweep.py sweeps/gpu_ladder.py --dry_run               # the runs and their FLOPs
+    python sweeps/gpu_ladder.py --dry_run               # the runs and their FLOPs
     bash sweeps/gpu_ladder.sh "$OUT"                             # the runs and their analysis, one GPU, 6 minutes
     GPU_LADDER_SMOKE=1 bash sweeps/gpu_ladder.sh /tmp/ladder    # the same at toy sizes on the CPU (a test runs it)
 
-Sizing (sweep.py --dry_run's FLOPs; 3 x forward FLOPs/token x tokens):
+Sizing (sweeps/sweep.py --dry_run's FLOPs; 3 x forward FLOPs/token x tokens):
   width 128: 1.11e13 a run x 24 = 2.7e14      width 256: 1.65e14 x 24 = 3.96e15      width 512: 2.53e15 x 12 = 3.0e16
 (4 seeds at 512 would be 24 runs, 6.05e16; width 768 at the same tokens per parameter 1.26e16 a run: neither fits.)
 Packing and throughput model, from the H200's measurements (15 width-128 reference runs at once, float32 eager,
@@ -23,7 +23,7 @@ at an assumed 2e14 model FLOP/s all runs together (20% of the H200's 989 TFLOP/s
 gpu_check.sh's bench_768 measures one model's MFU) take 150 s, the smaller widths' 4.2e15 another 21 s; (b) the
 launch-bound runs need CPU slots: 48 runs x (488 steps x 65 ms + 15 s of start and evaluation) = 2,240 slot-
 seconds, 186 s on the 12 slots the 512 runs leave of PER_GPU = 20. The 512 runs (the longest) come first in the file
-(sweep.py starts runs in its order), so the GPU-bound and the launch-bound work overlap: about max(171, 186) +
+(sweeps/sweep.py starts runs in its order), so the GPU-bound and the launch-bound work overlap: about max(171, 186) +
 15 s of start = 200 s for the sweep, 30 s for the analysis and packing, against the 320 s the script gives the sweep
 (360 less 10 s of kill grace and 30 s of analysis). At 1.2e14 FLOP/s (12% MFU) the sweep would need about 300 s; below
 that the deadline stops it, and the analysis reads the runs that finished (run.json's finished) and says which.
@@ -33,12 +33,13 @@ The 512 runs use 2 micro-batches of 256 x 128 tokens (gradient accumulation): th
 """
 import os
 import runpy
+import sys
 
 name = 'gpu_ladder'
 HERE = os.path.dirname(os.path.abspath(__file__))
 SMOKE = os.environ.get('GPU_LADDER_SMOKE', '0') == '1'      # toy sizes on the CPU: checks the pipeline, not a GPU
 small = runpy.run_path(os.path.join(HERE, 'cpu_small.py'))
-PER_GPU = 20            # sweep.py --gpus=0 --per_gpu=PER_GPU (sweeps/gpu_ladder.sh)
+PER_GPU = 20            # sweeps/sweep.py --gpus=0 --per_gpu=PER_GPU (sweeps/gpu_ladder.sh)
 jobs = 2                # the CPU smoke: 2 at a time
 BASE_LR = 4e-3          # the tuned rate of both arms at width 128 (results/cpu_lr)
 
@@ -86,3 +87,8 @@ def ladder_run(width, arm, lr, seed):
 # the widest first: its runs are GPU-bound and longest, and the launch-bound smaller runs fill the slots beside them
 runs = [ladder_run(w, arm, lr, seed) for w in sorted(WIDTHS, reverse=True) for seed in SEEDS[w]
         for lr in rates(w) for arm in ARMS]
+
+
+if __name__ == '__main__':          # python sweeps/gpu_ladder.py [--dry_run | --commands | --jobs=N | ...]
+    import sweep
+    sys.exit(sweep.main([__file__] + sys.argv[1:]))

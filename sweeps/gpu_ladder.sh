@@ -6,7 +6,7 @@
 #   GPU_LADDER_SMOKE=1 bash sweeps/gpu_ladder.sh /tmp/ladder  # toy sizes on the CPU (a test runs it)
 #
 # OUT ends with 6 files: ladder.md (the summary table and the verdict), ladder.json (the fit), delta.png,
-# curves.png, runs.tar.gz (every run's log.csv, run.json and train.log; no checkpoints) and sweep.txt (sweep.py's
+# curves.png, runs.tar.gz (every run's log.csv, run.json and train.log; no checkpoints) and sweep.txt (sweeps/sweep.py's
 # --dry_run, its output and the times). Needs data/shakespeare prepared (train.bin, val.bin, meta.pkl, ignored by
 # git: they must travel with the working tree).
 # Time, against 360 s (GPU_LADDER_BUDGET): the sweep gets 360 - 40 = 320 s (SIGTERM; SIGKILL 10 s later), the 60
@@ -30,8 +30,8 @@ else
 fi
 LOG="$OUT/sweep.txt"
 rm -f "$OUT"/{ladder.md,ladder.json,delta.png,curves.png,runs.tar.gz}
-"$PY" sweep.py sweeps/gpu_ladder.py --out="$W/runs" --dry_run > "$LOG" 2>&1
-timeout -k 10 $(( BUDGET - 40 )) "$PY" sweep.py sweeps/gpu_ladder.py --out="$W/runs" $SLOTS >> "$LOG" 2>&1
+"$PY" sweeps/sweep.py sweeps/gpu_ladder.py --out="$W/runs" --dry_run > "$LOG" 2>&1
+timeout -k 10 $(( BUDGET - 40 )) "$PY" sweeps/sweep.py sweeps/gpu_ladder.py --out="$W/runs" $SLOTS >> "$LOG" 2>&1
 echo "sweep: exit code $? after $(( $(date +%s) - START )) s (124: stopped at its limit of $(( BUDGET - 40 )) s)" \
     >> "$LOG"
 "$PY" -m law.ladder "$W/runs" --out "$OUT" >> "$LOG" 2>&1

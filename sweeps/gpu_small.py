@@ -9,19 +9,20 @@ Two stages, as sweeps/cpu_lr.py (an arm at one shared rate is the confound the t
 2. The sweep: cpu_small's plan at this scale, every dense run at the dense arm's best rate and every other run
    (X-MoD, MoD, MoE) at the X-MoD arm's. The reference pair's seed-0 runs are the grid's runs at those rates.
 
-Stage 2 joins once both arms' grids are finished: sweep.py reads this file before each start, so one call runs
-both (`python sweep.py sweeps/gpu_small.py --dry_run` shows the state). The grid is 8 runs, 2.83e15 training FLOPs
+Stage 2 joins once both arms' grids are finished: sweeps/sweep.py reads this file before each start, so one call runs
+both (`python sweeps/gpu_small.py --dry_run` shows the state). The grid is 8 runs, 2.83e15 training FLOPs
 (--dry_run); the sweep's other 36 runs 1.37e16 (the shared-rate plan's 38 runs, 1.44e16, less the reference
 pair). The time depends on the throughput these small models sustain on a GPU, not measured yet
 (sweeps/gpu_check.sh's per_gpu step gives it in tokens/s, eager).
 
-    python sweep.py sweeps/gpu_small.py                          # one GPU; --gpus=0,1,2,3 --per_gpu=2 for more
-    python sweep.py sweeps/gpu_small.py --commands                # for a Slurm array (sweeps/slurm_array.sh)
+    python sweeps/gpu_small.py                          # one GPU; --gpus=0,1,2,3 --per_gpu=2 for more
+    python sweeps/gpu_small.py --commands                # for a Slurm array (sweeps/slurm_array.sh)
     python fit_law.py --lr results/gpu_small/runs --out results/gpu_small                  # the rates per arm
     python fit_law.py results/gpu_small/runs --tuned --out results/gpu_small --holdout "stride==8"
 """
 import os
 import runpy
+import sys
 
 name = 'gpu_small'
 jobs = 1
@@ -61,3 +62,8 @@ if None not in best.values():
     reference_names = {r['name'] for r in REFERENCE.values()}
     runs += [at_rate(r, best['dense' if r['model'] == 'dense' else 'xmod'], tag=False) for r in plan
              if r['name'] not in reference_names]
+
+
+if __name__ == '__main__':          # python sweeps/gpu_small.py [--dry_run | --commands | --jobs=N | ...]
+    import sweep
+    sys.exit(sweep.main([__file__] + sys.argv[1:]))

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # A Slurm job array over a sweep: one array task per unfinished run, each a train.py command from
-# `python sweep.py SWEEP --commands` (one a line, resumable: --init_from=auto). From the repository root:
+# `python sweeps/sweep.py SWEEP --commands` (one a line, resumable: --init_from=auto). From the repository root:
 #
-#   python sweep.py sweeps/gpu_small.py --commands > my_results/gpu_small.cmds
+#   python sweeps/gpu_small.py --commands > my_results/gpu_small.cmds
 #   sbatch --array=1-$(wc -l < my_results/gpu_small.cmds)%8 sweeps/slurm_array.sh my_results/gpu_small.cmds
-#   python sweep.py sweeps/gpu_small.py --dry_run        # progress: finished / partial / running, FLOPs left
+#   python sweeps/gpu_small.py --dry_run        # progress: finished / partial / running, FLOPs left
 #
 # %8 runs at most 8 tasks at once. A task that is preempted or requeued resumes from its last checkpoint; a task
 # whose run another trainer already writes stops at once (exit 2, one line naming it: train.py's lock). When the

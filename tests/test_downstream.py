@@ -1,4 +1,4 @@
-"""downstream.py: HellaSwag-style scoring checked against a computation by hand (each ending's log-probability
+"""tools/downstream.py: HellaSwag-style scoring checked against a computation by hand (each ending's log-probability
 summed one prefix at a time, without batching or padding), the window cut on the left, the JSON it writes, and
 shakespeare_next_line built deterministically from the validation split alone."""
 import json

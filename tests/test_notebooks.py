@@ -32,11 +32,11 @@ def test_examples_become_cells_and_quotes_stay_markdown():
 
 def test_shell_blocks_stay_markdown_so_run_all_starts_no_training():
     pytest.importorskip('jupytext')
-    text = "Run it:\n\n```bash\npython sweep.py sweeps/classroom.py\n```\n\n```python\n>>> 1 + 1\n2\n```\n"
+    text = "Run it:\n\n```bash\npython sweeps/classroom.py\n```\n\n```python\n>>> 1 + 1\n2\n```\n"
     import jupytext
     nb = jupytext.reads(make_notebooks.chapter_markdown(text), fmt='md')
     assert [c.source for c in nb.cells if c.cell_type == 'code'] == ['1 + 1']
-    assert any('sweep.py' in c.source for c in nb.cells if c.cell_type == 'markdown')
+    assert any('sweeps/classroom.py' in c.source for c in nb.cells if c.cell_type == 'markdown')
 
 
 @pytest.mark.parametrize('md', make_notebooks.chapters(), ids=lambda p: os.path.basename(p)[:-3])

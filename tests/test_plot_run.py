@@ -1,4 +1,4 @@
-"""plot_run.py: one run's curves from its log.csv, on a tiny trained run, on a run still training (a row cut
+"""tools/plot_run.py: one run's curves from its log.csv, on a tiny trained run, on a run still training (a row cut
 mid-line) and on a dense run; bad input is refused in one line."""
 import shutil
 
@@ -8,6 +8,7 @@ import pytest
 matplotlib.use('Agg')
 
 import plot_run
+
 from conftest import TINY, TRAIN, assert_bad_input, run
 
 
@@ -15,7 +16,7 @@ def tiny_run(tmp_path, corpus, model):
     out = tmp_path / model
     r = run(TRAIN, f'--data_dir={corpus}', f'--model={model}', f'--out_dir={out}', *TINY)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.rstrip().endswith(f'its curves: python plot_run.py {out}'), r.stdout[-300:]
+    assert r.stdout.rstrip().endswith(f'its curves: python tools/plot_run.py {out}'), r.stdout[-300:]
     return out
 
 
@@ -53,18 +54,18 @@ def test_dense_run_and_bad_input(tmp_path, corpus, capsys):
 
 
 @pytest.mark.parametrize('args, needle', [
-    ([], 'give a run folder (python plot_run.py RUN [--out PNG])'),
+    ([], 'give a run folder (python tools/plot_run.py RUN [--out PNG])'),
     (['a', 'b'], 'one run folder at a time, not 2: a b'),
     (['a', '--out'], '--out: overrides are --key=value (or --key value)'),
     (['a', '--output=x.png'], "unknown key 'output' on the command line; did you mean --out?"),
 ])
 def test_bad_command_lines_are_one_line(args, needle, capsys):
-    assert_bad_input(plot_run.main(args), capsys.readouterr().err, f'plot_run.py: error: {needle}')
+    assert_bad_input(plot_run.main(args), capsys.readouterr().err, f'tools/plot_run.py: error: {needle}')
 
 
 def test_help_lists_out(capsys):
     with pytest.raises(SystemExit) as e:
         plot_run.main(['--help'])
     out = capsys.readouterr().out
-    assert e.value.code == 0 and out.startswith('plot_run.py: one run')
+    assert e.value.code == 0 and out.startswith('tools/plot_run.py: one run')
     assert "--out=''  the PNG to write (default: RUN/curves.png)" in out

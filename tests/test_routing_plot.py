@@ -134,7 +134,7 @@ def test_help_lists_show_routing(capsys):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# do routed layers take the same tokens? (layer_overlap, python routing_plot.py RUNS --out DIR)
+# do routed layers take the same tokens? (layer_overlap, python tools/routing_plot.py RUNS --out DIR)
 
 def test_layer_overlap_sees_layers_that_take_the_same_tokens():
     """Routed blocks that change nothing (zero output projections) leave every routed layer the same input. Two
@@ -181,7 +181,7 @@ def trained(tmp_path_factory):
 
 
 def test_overlap_script_on_trained_runs(trained, tmp_path, capsys):
-    """python routing_plot.py RUN_DIRS --out DIR on a trained X-MoD run and a dense one (passed over): overlap.json
+    """python tools/routing_plot.py RUN_DIRS --out DIR on a trained X-MoD run and a dense one (passed over): overlap.json
     with a matrix per routed run, overlap.png, and one line per run."""
     capsys.readouterr()
     assert routing_plot.main([str(trained['xmod'].parent / '*'), '--out', str(tmp_path / 'ov')]) == 0
@@ -198,7 +198,7 @@ def test_overlap_script_on_trained_runs(trained, tmp_path, capsys):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# what the router learns to skip (skip_report, python routing_plot.py --skip RUN --dense RUN --out DIR)
+# what the router learns to skip (skip_report, python tools/routing_plot.py --skip RUN --dense RUN --out DIR)
 
 CODE = 'def f(x_1):\n    return [x_1 + 2] * 3  # "done"\n\tpass\n'
 
@@ -278,7 +278,7 @@ def test_skip_report_on_a_model_built_to_take_one_class():
 
 
 def test_skip_script_on_trained_runs(trained, tmp_path, capsys):
-    """python routing_plot.py --skip XMOD --dense DENSE --out DIR: skip.json (prose classes for a char-level run,
+    """python tools/routing_plot.py --skip XMOD --dense DENSE --out DIR: skip.json (prose classes for a char-level run,
     the dense run's loss first, the X-MoD's own beside it), skip.png, snippet.png and the lines it prints."""
     import json
     capsys.readouterr()
@@ -337,7 +337,7 @@ def test_script_help_lists_every_key(capsys):
     with pytest.raises(SystemExit) as e:
         routing_plot.main(['--help'])
     out = capsys.readouterr().out
-    assert e.value.code == 0 and out.startswith('routing_plot.py: which routed layers')
+    assert e.value.code == 0 and out.startswith('tools/routing_plot.py: which routed layers')
     for key in routing_plot.DEFAULTS:
         assert f'  --{key}=' in out, key
 

@@ -1,6 +1,7 @@
-"""A tiny sweep end to end: sweep.py runs train.py several times (two at a time), skips what is finished, and
+"""A tiny sweep end to end: sweeps/sweep.py runs train.py several times (two at a time), skips what is finished, and
 fit_law.py turns the run folders into fit.json, summary.md and the plots. At scale: --commands and the Slurm array
 script, --gpus and --per_gpu (through the environment each child gets), a run another trainer holds."""
+import glob
 import json
 import os
 import shlex
@@ -13,7 +14,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONUNBUFFERED='1')
-ENV.pop('OMP_NUM_THREADS', None)      # let sweep.py choose: cores // jobs
+ENV.pop('OMP_NUM_THREADS', None)      # let sweeps/sweep.py choose: cores // jobs
 
 
 def tiny_corpus(folder):
@@ -49,7 +50,7 @@ def test_tiny_sweep_runs_resumes_and_fits(tmp_path):
     sweep_file = tmp_path / 'tiny.py'
     sweep_file.write_text(SWEEP.format(data=data))
     runs = tmp_path / 'runs'
-    cmd = [sys.executable, os.path.join(ROOT, 'sweep.py'), str(sweep_file), f'--out={runs}']
+    cmd = [sys.executable, os.path.join(ROOT, 'sweeps/sweep.py'), str(sweep_file), f'--out={runs}']
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     names = sorted(os.listdir(runs))
@@ -98,7 +99,7 @@ def test_sweep_runs_a_wsd_branch(tmp_path):
     runs = tmp_path / 'runs'
     sweep_file = tmp_path / 'wsd.py'
     sweep_file.write_text(WSD_SWEEP.format(data=data, runs=str(runs)))
-    cmd = [sys.executable, os.path.join(ROOT, 'sweep.py'), str(sweep_file), f'--out={runs}']
+    cmd = [sys.executable, os.path.join(ROOT, 'sweeps/sweep.py'), str(sweep_file), f'--out={runs}']
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     info = {n: json.load(open(runs / n / 'run.json')) for n in ('branch10', 'alone10')}
@@ -124,7 +125,7 @@ def test_commands_and_the_slurm_array_script(tmp_path):
     sweep_file = tmp_path / 'cluster.py'
     sweep_file.write_text(CLUSTER_SWEEP.format(data=data))
     runs = tmp_path / 'runs'
-    cmd = [sys.executable, os.path.join(ROOT, 'sweep.py'), str(sweep_file), f'--out={runs}', '--commands']
+    cmd = [sys.executable, os.path.join(ROOT, 'sweeps/sweep.py'), str(sweep_file), f'--out={runs}', '--commands']
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
     lines = p.stdout.splitlines()
     assert p.returncode == 0 and len(lines) == 6, p.stdout + p.stderr
@@ -225,7 +226,7 @@ def test_gpus_give_each_job_its_own_device(tmp_path, monkeypatch, capsys):
 
 
 def test_regime_sweep_files():
-    """The sweeps of the regimes (sweeps/cpu_code.py, cpu_context.py, cpu_tokens.py) as sweep.py reads them: each
+    """The sweeps of the regimes (sweeps/cpu_code.py, cpu_context.py, cpu_tokens.py) as sweeps/sweep.py reads them: each
     lists every arm's seed-0 rate grid on its corpus, context and width (more runs once some finish: seeds, edges,
     pycode WSD runs, branches), names unique; the WSD runs go to 16M tokens and keep the steps where the 2, 4 and 8M
     cooldowns start (iteration 7812 of 2048 tokens is 16M; a cooldown is a budget's last 20%)."""
@@ -249,3 +250,18 @@ def test_regime_sweep_files():
                            (('dense_L4_d64', ''), ('xmod_s4_Lauto_D4', '_d64')) for seed in ('', '_seed1', '_seed2')}
     assert all((r['max_tokens'], r['lr_schedule'], r['n_embd'], r['save_steps']) == (16_000_000, 'wsd', 64,
                                                                                      '782,1562,3125') for r in stable)
+
+
+
+@pytest.mark.parametrize('name', sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, 'sweeps', '*.py'))
+                                        if not p.endswith(('sweep.py', 'cpu_tokens_delta.py'))))
+def test_every_sweep_file_runs_itself(name, tmp_path):
+    """`python sweeps/NAME.py --dry_run` hands the file and its arguments to the runner, sweeps/sweep.py (a dry run
+    needs no data; --out keeps the committed results folder out of it); for one file, the same lines as the runner's."""
+    def dry(*script):
+        return subprocess.run([sys.executable, *script, '--dry_run', f'--out={tmp_path}'], capture_output=True,
+                              text=True, cwd=ROOT, env=ENV, timeout=300)
+    own = dry(os.path.join('sweeps', f'{name}.py'))
+    assert own.returncode == 0 and 'FLOPs:' in own.stdout, own.stderr[-500:]
+    if name == 'classroom':
+        assert own.stdout == dry(os.path.join('sweeps', 'sweep.py'), os.path.join('sweeps', 'classroom.py')).stdout

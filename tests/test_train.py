@@ -798,7 +798,7 @@ def test_wsd_branch_equals_the_separate_run(corpus, tmp_path):
         assert info['final'] == read_json(alone)['final'] and info['n_iters'] == budget
         a, b = (run_folder.load_checkpoint(os.path.join(d, 'ckpt.pt'))['model'] for d in (alone, branch))
         assert all(torch.equal(a[k], b[k]) for k in a)
-        # the same command again finds the finished branch and leaves it as it is (sweep.py reruns commands)
+        # the same command again finds the finished branch and leaves it as it is (sweeps/sweep.py reruns commands)
         before = read_log(branch)
         assert run(TRAIN, f'--init_from={long}/ckpt_{at}.pt', f'--max_iters={budget}',
                    f'--out_dir={branch}').returncode == 0
@@ -854,12 +854,12 @@ def test_the_model_keys_are_gptconfig_fields():
         config(['--moe_aux=0.02'])
     r = run(SAMPLE, '--help')
     assert r.returncode == 0 and 'EXIT' not in r.stdout and '--temperature=0.8' in r.stdout
-    for script in ('bench.py', 'sweep.py'):
+    for script in ('bench.py', 'sweeps/sweep.py'):
         r = run(os.path.join(ROOT, script), '--help')
         assert r.returncode == 0 and 'options' in r.stdout, script
     r = run(os.path.join(ROOT, 'bench.py'), '--steps=abc')
     assert_bad_input(r.returncode, r.stderr, '--steps=abc', 'int')
-    r = run(os.path.join(ROOT, 'sweep.py'), 'no_such_sweep.py')
+    r = run(os.path.join(ROOT, 'sweeps/sweep.py'), 'no_such_sweep.py')
     assert_bad_input(r.returncode, r.stderr, 'sweep file')
 
 
@@ -1002,8 +1002,8 @@ def test_low_precision_on_a_cpu_without_its_instructions_says_it_is_slow(corpus,
     assert train.cpu_lacks_matrix_instructions('bfloat16') in (True, False, None)
 
 
-@pytest.mark.parametrize('script', ['train.py --help', 'sample.py --help', 'bench.py --help', 'sweep.py --help',
-                                    'downstream.py --help', 'fit_law.py --help', 'xmod.py'])
+@pytest.mark.parametrize('script', ['train.py --help', 'sample.py --help', 'bench.py --help', 'sweeps/sweep.py --help',
+                                    'tools/downstream.py --help', 'fit_law.py --help', 'xmod.py'])
 def test_a_reader_that_stops_early_gets_no_traceback(script):
     """`python train.py --help | head -1`: the reader closes the pipe before the script has written everything.
     Here the pipe has no reader at all, so the first write meets it every time: exit 0, nothing on stderr."""

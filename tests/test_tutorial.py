@@ -13,7 +13,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHAPTERS = sorted(glob.glob(os.path.join(ROOT, 'tutorial', '*.md')))
 SOURCES = sorted(glob.glob(os.path.join(ROOT, '*.py')) + glob.glob(os.path.join(ROOT, 'law', '*.py'))
-                 + glob.glob(os.path.join(ROOT, 'sweeps', '*.py')))
+                 + glob.glob(os.path.join(ROOT, 'sweeps', '*.py')) + glob.glob(os.path.join(ROOT, 'tools', '*.py')))
 
 
 def quotes(path):

@@ -1,5 +1,5 @@
 """
-routing_plot.py: which routed layers took which token of one text, in causal routing, drawn as routing.png.
+tools/routing_plot.py: which routed layers took which token of one text, in causal routing, drawn as routing.png.
 sample.py calls it with --show_routing=True:
 
     python sample.py --out_dir=out --show_routing=True          # the first sample's routing, into out/routing.png
@@ -13,11 +13,11 @@ title and describe's first line say how many of the text's tokens that is.
 
 Run as a script it asks of trained runs whether their routed layers take the same tokens (layer_overlap):
 
-    python routing_plot.py results/cpu_lr/runs/xmod_* --out DIR      # DIR/overlap.json, overlap.png
+    python tools/routing_plot.py results/cpu_lr/runs/xmod_* --out DIR      # DIR/overlap.json, overlap.png
 
 and what one trained X-MoD's routed layers learn to skip (skip_report), on its own validation windows:
 
-    python routing_plot.py --skip XMOD_RUN --dense DENSE_RUN --out DIR  # DIR/skip.json, skip.png, snippet.png
+    python tools/routing_plot.py --skip XMOD_RUN --dense DENSE_RUN --out DIR  # DIR/skip.json, skip.png, snippet.png
 
 each position's routed depth against its loss under the dense run of the same seed (Spearman and Pearson, with a
 bootstrap interval over windows), the share of each token class the routed layers take (code: whitespace, brackets
@@ -37,7 +37,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from configurator import UserError, configure, defaults_of, run_main
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository root
+sys.path.insert(0, ROOT)
+from configurator import UserError, configure, defaults_of, run_main  # noqa: E402
 
 # ----------------------------------------------------------------------------------------------------------------------
 # the command line (configurator.py): RUN_DIRS... are bare arguments; --key=value or --key value
@@ -198,7 +200,7 @@ def write_routing(path, model, ids, decode, name):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# do routed layers take the same tokens? (python routing_plot.py RUN_DIRS... --out DIR)
+# do routed layers take the same tokens? (python tools/routing_plot.py RUN_DIRS... --out DIR)
 
 def independent_jaccard(p, q):
     """The Jaccard index two layers would have if each took a token independently at its own rate p, q (ratio of the
@@ -254,7 +256,7 @@ def load_run_model(run_dir):
     model = GPT(GPTConfig(**ckpt['model_args']))
     model.load_state_dict(clean_state_dict(ckpt['model']))
     cfg = ckpt['config']
-    folder = cfg.get('data_dir') or os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', cfg['dataset'])
+    folder = cfg.get('data_dir') or os.path.join(ROOT, 'data', cfg['dataset'])
     if not os.path.exists(os.path.join(folder, 'val.bin')):
         raise Refused(f"{run_dir} was trained on {folder}, which has no val.bin here: prepare it first "
                         f"(python data/{cfg['dataset']}/prepare.py)")
@@ -320,7 +322,7 @@ def overlap_main(cfg):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# what the router learns to skip (python routing_plot.py --skip XMOD_RUN [--dense DENSE_RUN] --out DIR)
+# what the router learns to skip (python tools/routing_plot.py --skip XMOD_RUN [--dense DENSE_RUN] --out DIR)
 #
 # Position t of a validation window: its routed depth (how many routed layers took token t in causal routing) and the
 # loss of the prediction made there (of token t+1), the prediction that depth serves. If routing spends depth where
@@ -515,7 +517,7 @@ def routing_plot(argv):
     if cfg.dense and not cfg.skip:
         raise UserError('--dense goes with --skip')
     if not cfg.skip and not cfg.runs:
-        raise UserError('give RUN_DIRS or --skip RUN (python routing_plot.py RUN_DIRS... --out DIR, or '
+        raise UserError('give RUN_DIRS or --skip RUN (python tools/routing_plot.py RUN_DIRS... --out DIR, or '
                         '--skip RUN [--dense RUN] --out DIR)')
     if not cfg.out:
         raise UserError('--out DIR is required: the folder for ' + ('skip.json, skip.png and snippet.png' if cfg.skip
@@ -535,7 +537,7 @@ def routing_plot(argv):
 
 
 def main(argv=None):
-    return run_main('routing_plot.py', routing_plot, argv)      # bad input: one line on stderr, exit 2
+    return run_main('tools/routing_plot.py', routing_plot, argv)      # bad input: one line on stderr, exit 2
 
 
 if __name__ == '__main__':

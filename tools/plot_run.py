@@ -1,8 +1,8 @@
 """
-plot_run.py: one run's curves in one picture, from its run folder's log.csv and run.json.
+tools/plot_run.py: one run's curves in one picture, from its run folder's log.csv and run.json.
 
-    python plot_run.py out                    # out/curves.png
-    python plot_run.py out --out=run.png      # somewhere else (or --out run.png)
+    python tools/plot_run.py out                    # out/curves.png
+    python tools/plot_run.py out --out=run.png      # somewhere else (or --out run.png)
 
 Four panels, against tokens seen:
   1. loss: train (top-k routing, as trained), val with top-k routing and val with causal routing (the honest one);
@@ -18,8 +18,10 @@ import json
 import os
 import sys
 
-from configurator import UserError, configure, defaults_of, run_main
-from run_folder import log_rows
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository root
+sys.path.insert(0, ROOT)
+from configurator import UserError, configure, defaults_of, run_main  # noqa: E402
+from run_folder import log_rows  # noqa: E402
 
 # -----------------------------------------------------------------------------------------------------------------
 # the command line (configurator.py): RUN is the bare argument; --key=value or --key value
@@ -100,7 +102,7 @@ def plot_run(argv):
     runs = []
     cfg, _ = configure(argv, DEFAULTS, doc=__doc__, source=__file__, positional=runs)
     if not runs:
-        raise UserError('give a run folder (python plot_run.py RUN [--out PNG])')
+        raise UserError('give a run folder (python tools/plot_run.py RUN [--out PNG])')
     if len(runs) > 1:
         raise UserError(f"one run folder at a time, not {len(runs)}: {' '.join(runs)}")
     run = runs[0]
@@ -114,7 +116,7 @@ def plot_run(argv):
 
 
 def main(argv=None):
-    return run_main('plot_run.py', plot_run, argv)      # bad input: one line on stderr, exit 2
+    return run_main('tools/plot_run.py', plot_run, argv)      # bad input: one line on stderr, exit 2
 
 
 if __name__ == '__main__':

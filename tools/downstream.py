@@ -1,9 +1,9 @@
 """
-downstream.py: a trained run on multiple-choice tasks, scored by the log-likelihood of each ending under the model
+tools/downstream.py: a trained run on multiple-choice tasks, scored by the log-likelihood of each ending under the model
 with causal routing (the honest mode: no routed layer looks at a later position). Writes out_dir/downstream.json.
 
-    python downstream.py --out_dir=out                                  # shakespeare_next_line
-    python downstream.py --out_dir=out --task_file=hellaswag_val.jsonl  # and HellaSwag, from its JSONL file
+    python tools/downstream.py --out_dir=out                                  # shakespeare_next_line
+    python tools/downstream.py --out_dir=out --task_file=hellaswag_val.jsonl  # and HellaSwag, from its JSONL file
 
 The scoring is a contract, HellaSwag's as GPT-2-scale reproductions report it:
   - each ending is encoded as ' ' + ending and appended to the encoded context;
@@ -34,12 +34,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository root
+sys.path.insert(0, ROOT)
 from configurator import UserError, configure, defaults_of, one_line, run_main
 from run_folder import load_model, write_json
 from train import autocast, pick_device
-
-ROOT = os.path.dirname(os.path.abspath(__file__))
 
 # -----------------------------------------------------------------------------------------------------------------
 out_dir = 'out'             # the run folder holding ckpt.pt; downstream.json is written there
@@ -253,7 +252,7 @@ def downstream(argv):
 
 
 def main(argv=None):
-    return run_main('downstream.py', downstream, argv)
+    return run_main('tools/downstream.py', downstream, argv)
 
 
 if __name__ == '__main__':

@@ -2,13 +2,13 @@
 Run a sweep: a list of train.py runs defined in a small Python file under sweeps/. Resumable: a finished run is
 skipped, an interrupted one resumes from its checkpoint (train.py --init_from=auto).
 
-    python sweep.py sweeps/cpu_small.py              # all runs, --jobs at a time
-    python sweep.py sweeps/cpu_small.py --dry_run    # list the runs and their state, run nothing
-    python sweep.py sweeps/cpu_small.py --only=dense # only runs whose name contains 'dense'
-    python sweep.py sweeps/cpu_small.py --out=DIR    # run folders under DIR instead of results/<name>/runs
-    python sweep.py sweeps/gpu_small.py --gpus=0,1,2,3 --per_gpu=2   # 8 at a time, 2 on each of 4 GPUs
-    python sweep.py sweeps/gpu_small.py --commands   # one train.py command a line (Slurm arrays, GNU parallel)
-    python sweep.py sweeps/gpu_small.py --dry_run --flops_per_s=2e14  # and how long what is left would take
+    python sweeps/cpu_small.py              # all runs, --jobs at a time
+    python sweeps/cpu_small.py --dry_run    # list the runs and their state, run nothing
+    python sweeps/cpu_small.py --only=dense # only runs whose name contains 'dense'
+    python sweeps/cpu_small.py --out=DIR    # run folders under DIR instead of results/<name>/runs
+    python sweeps/gpu_small.py --gpus=0,1,2,3 --per_gpu=2   # 8 at a time, 2 on each of 4 GPUs
+    python sweeps/gpu_small.py --commands   # one train.py command a line (Slurm arrays, GNU parallel)
+    python sweeps/gpu_small.py --dry_run --flops_per_s=2e14  # and how long what is left would take
 
 Runs are started in the file's order as slots free up, and the file is read again before each start, so a run that
 it lists only once another has finished (a branch of a kept step, seeds at a rate found best) joins the same call.
@@ -42,7 +42,7 @@ import time
 
 from tqdm import tqdm
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository root: train.py, results/
 sys.path.insert(0, HERE)
 import train  # noqa: E402  (train.DEFAULTS: its keys)
 from configurator import UserError, configure, defaults_of, run_main  # noqa: E402
@@ -125,7 +125,7 @@ def sweep(argv):
     paths = []
     cfg, _ = configure(argv, DEFAULTS, doc=__doc__, source=__file__, positional=paths)
     if len(paths) != 1 or not os.path.isfile(paths[0]):
-        raise UserError(f"expected one sweep file (got {' '.join(paths) or 'none'}); usage: python sweep.py "
+        raise UserError(f"expected one sweep file (got {' '.join(paths) or 'none'}); usage: python sweeps/sweep.py "
                         f"sweeps/NAME.py [--jobs=N] [--dry_run] [--only=SUBSTR] [--out=DIR]")
     if cfg.commands and cfg.dry_run:
         raise UserError("--commands and --dry_run: pick one (--commands prints nothing but the commands)")
@@ -239,5 +239,9 @@ def flops_line(total, left, flops_per_s):
             f"them; evaluations not counted){when}")
 
 
+def main(argv=None):
+    return run_main('sweeps/sweep.py', sweep, argv)
+
+
 if __name__ == '__main__':
-    sys.exit(run_main('sweep.py', sweep))
+    sys.exit(main())
