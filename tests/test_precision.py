@@ -1,7 +1,7 @@
 """Reduced precision on the CPU, as a GPU user meets it: every family and impl under bf16 and fp16 autocast (train.py's
 default on CUDA is bf16 autocast; float16 with a grad scaler where bf16 is missing), the routers in float32 inside
 it, and train.py, sample.py and bench.py with --dtype. CPU autocast runs the same model code as CUDA's; what only a
-GPU can show is listed in README, "On a GPU". The model-level tests run on XMOD_TEST_DEVICE (default cpu):
+GPU can show is listed in docs/gpu.md. The model-level tests run on XMOD_TEST_DEVICE (default cpu):
 sweeps/gpu_check.sh runs the tests marked `device` (pytest -m device) on cuda."""
 import os
 import subprocess

@@ -534,17 +534,17 @@ def test_stride_is_a_family_default_and_mod_refuses_another():
     assert match_flops(GPTConfig(), 'mod').stride == 2 and match_flops(GPTConfig(stride=2), 'xmod').stride == 4
 
 
-def test_readme_model_zoo_is_what_python_xmod_prints():
-    """The README's model zoo table is the output of `python xmod.py`, row for row (the same default X-MoD as the
+def test_usage_model_zoo_is_what_python_xmod_prints():
+    """docs/usage.md's model zoo table is the output of `python xmod.py`, row for row (the same default X-MoD as the
     Quickstart trains)."""
     import subprocess
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, os.path.join(root, 'xmod.py')], capture_output=True, text=True, check=True,
                          cwd=root).stdout
     table = [line for line in out.splitlines() if line.startswith('|')]
-    with open(os.path.join(root, 'README.md')) as f:
-        readme = f.read()
-    assert len(table) == 7 and all(line in readme.splitlines() for line in table), table
+    with open(os.path.join(root, 'docs', 'usage.md')) as f:
+        usage = f.read()
+    assert len(table) == 7 and all(line in usage.splitlines() for line in table), table
     assert '| xmod | 4 | 12 | 0.1250 | DrrrDrrrDrrr |' in out             # the Quickstart's model, c = 16/128
 
 

@@ -584,7 +584,7 @@ def grade_match_flops(m, ref, g):
     dense = m.GPTConfig()                                 # train.py's defaults: 4 layers, width 128, T 128
     flops = lambda cfg: ref.flops_per_token(ref.GPTConfig(**asdict(cfg)))    # the repository's count, any config
     target = flops(dense)
-    # (model, stride, n_layer, k of 128): README's model zoo, and stride 8
+    # (model, stride, n_layer, k of 128): docs/usage.md's model zoo, and stride 8
     for model, stride, n_layer, k in [('xmod', 4, 12, 16), ('mod', 2, 6, 47), ('xmod', 2, 6, 47), ('xmod', 8, 16, 21)]:
         with g.check(f"{model}{f' stride {stride}' if model == 'xmod' else ''}: {n_layer} layers, k = {k} of 128 "
                      f"(within 2%, the capacity closest to c = 0.125 in ratio)"):
