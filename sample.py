@@ -44,6 +44,11 @@ def sample(argv):
     cfg, _ = configure(argv, DEFAULTS, doc=__doc__, source=__file__)
     if cfg.window not in WINDOWS:
         raise UserError(f"--window={cfg.window!r}: expected {' | '.join(WINDOWS)}")
+    for key, least in (('num_samples', 1), ('max_new_tokens', 0), ('top_k', 0)):
+        if getattr(cfg, key) < least:
+            raise UserError(f"--{key}={getattr(cfg, key)}: expected an integer >= {least}")
+    if cfg.temperature < 0:
+        raise UserError(f"--temperature={cfg.temperature}: expected a number >= 0 (0: greedy)")
     dev = pick_device(cfg.device)
     device_type = dev.split(':')[0]
     model, ckpt = load_model(cfg.out_dir, dev)      # in eval mode: the causal thresholds stay frozen, dropout off

@@ -1,5 +1,6 @@
 """tools/plot_run.py: one run's curves from its log.csv, on a tiny trained run, on a run still training (a row cut
 mid-line) and on a dense run; bad input is refused in one line."""
+import json
 import shutil
 
 import matplotlib
@@ -30,6 +31,16 @@ def test_curves_of_a_routed_run_have_the_four_panels(tmp_path, corpus, capsys):
     assert titles == ['loss', 'learning rate', 'causal selection rate per routed layer', 'tokens/s']
     log = plot_run.read_log(str(out))
     assert [c for c in log if c.startswith('causal_rate_')] and log['val_loss_causal'][-1] is not None
+    # the learning-rate panel is the schedule at every step, not the rate at the evaluations: its warmup ends where
+    # the run's does, and it agrees with log.csv's rows where they are
+    with open(out / 'run.json') as f:
+        info = json.load(f)
+    tokens, lrs = plot_run.lr_schedule(info)
+    assert len(lrs) == info['n_iters'] + 1 > len(log['lr'])
+    peak = tokens[lrs.index(max(lrs))] // info['tokens_per_iter']
+    assert peak == info['config']['warmup_iters']
+    for t, lr in zip(log['tokens'], log['lr']):
+        assert abs(lrs[tokens.index(int(t))] - lr) < 1e-12
 
 
 def test_a_run_still_training_is_drawn_without_its_torn_row(tmp_path, corpus):

@@ -127,6 +127,13 @@ def test_a_model_without_routed_layers_is_refused(tmp_path, capsys):
     assert not os.path.exists(os.path.join(out, 'routing.png'))
 
 
+@pytest.mark.parametrize('arg', ['--max_new_tokens=-5', '--num_samples=0', '--top_k=-1', '--temperature=-1'])
+def test_a_bad_sampling_setting_is_one_line_before_the_checkpoint_is_read(arg, tmp_path, capsys):
+    rc = sample.main([f'--out_dir={tmp_path / "nothing_here"}', arg])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and arg.split('=')[0] in err[0], err
+
+
 def test_help_lists_show_routing(capsys):
     with pytest.raises(SystemExit) as e:
         sample.main(['--help'])

@@ -47,6 +47,20 @@ def series(log, x, y):
     return [a for a, _ in pts], [b for _, b in pts]
 
 
+def lr_schedule(info):
+    """(tokens, lr) at every step of the run's schedule, from run.json's config (train.get_lr): log.csv has the
+    rate at its evaluations only, which would draw a 100-step warmup as a ramp over the first eval interval. None
+    without a run.json."""
+    if not info.get('config') or not info.get('n_iters'):
+        return None
+    from types import SimpleNamespace
+
+    from train import get_lr
+    cfg = SimpleNamespace(**info['config'])
+    steps = range(info['n_iters'] + 1)
+    return [s * info['tokens_per_iter'] for s in steps], [get_lr(cfg, s, info['n_iters']) for s in steps]
+
+
 def draw(run_dir, path):
     """Draw run_dir's curves into path; returns the panels' titles, in order."""
     import matplotlib
@@ -69,7 +83,8 @@ def draw(run_dir, path):
             ax_loss.plot(xs, ys, marker='.' if len(xs) < 50 else None, label=label)
     ax_loss.set_ylabel('cross-entropy (nats/token)')
     ax_loss.legend(fontsize=8)
-    ax_lr.plot(*series(log, 'tokens', 'lr'))
+    curve = lr_schedule(info)
+    ax_lr.plot(*(curve or series(log, 'tokens', 'lr')))
     ax_lr.set_ylabel('learning rate')
     rates = [c for c in log if c.startswith('causal_rate_')]
     for col in sorted(rates, key=lambda c: int(c.rsplit('_', 1)[1])):
