@@ -283,6 +283,10 @@ def plot_delta_vs_tokens(axes, table):
     if not table:
         return empty_note(axes[0], 'no sparse configuration with >= 2 seeds and dense partners')
     for ax, (label, e) in zip(axes, table.items()):
+        # a configuration whose runs and dense partners logged only their last step in common (a WSD branch against
+        # a cosine partner, say) is one point: say so instead of leaving it unexplained
+        points = sum(row['tokens'] > 0 for row in e['val_loss_causal'])
+        alone = '' if points > 1 else '\n(one point: the pairs share no other evaluation step)'
         for m, c, name in (('val_loss_causal', 'tab:blue', 'causal'), ('val_loss', 'tab:orange', 'top-k')):
             rows = [row for row in e[m] if row['tokens'] > 0]  # at step 0 neither model has trained
             x = [row['tokens'] for row in rows]
@@ -293,7 +297,7 @@ def plot_delta_vs_tokens(axes, table):
             ax.fill_between(x, mean - se, mean + se, color=c, alpha=0.25, lw=0)
         ax.axhline(0, c='0.6', lw=0.6)
         ax.set(xlabel='training tokens', ylabel='Delta vs FLOP-matched dense (nats)',
-               title=f'{label}, {len(e["seeds"])} seeds\n(band: mean +- 1 standard error; step 0 not shown)')
+               title=f'{label}, {len(e["seeds"])} seeds\n(band: mean +- 1 standard error; step 0 not shown){alone}')
         ax.legend(fontsize=7)
 
 

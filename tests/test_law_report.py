@@ -133,3 +133,18 @@ def test_the_headline_says_how_much_evidence_it_rests_on():
     means = [np.mean([0.010, 0.002]), np.mean([0.014, 0.008]), 0.006]
     assert f'by {np.mean(means):.4f}' in text and '95% t(2)' in text
     assert 'from 5 pairs in 3 seeds (2 pair(s) share a seed with another' in text
+
+
+def test_a_delta_vs_tokens_panel_of_one_point_says_why():
+    """A configuration whose pairs share only their last evaluation is drawn as one point, and its panel says so."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    series = lambda *tokens: [dict(tokens=t, n=2, mean=0.01, se=0.002) for t in tokens]
+    table = {'xmod a': dict(seeds=[0, 1], val_loss_causal=series(0, 5, 10), val_loss=series(0, 5, 10)),
+             'xmod b': dict(seeds=[0, 1], val_loss_causal=series(0, 10), val_loss=series(0, 10))}
+    fig, axes = plt.subplots(1, 2)
+    report.plot_delta_vs_tokens(list(axes), table)
+    titles = [ax.get_title() for ax in axes]
+    plt.close(fig)
+    assert 'one point' not in titles[0] and 'one point: the pairs share no other evaluation step' in titles[1]
