@@ -14,6 +14,10 @@ import downstream
 import xmod
 from data.tokenizers import from_meta, load_meta, meta_for
 
+# these tests route causally on models no training step calibrated, on purpose (routing's mechanics, not its
+# thresholds): xmod.py's one warning about it is expected here, and test_xmod.py checks that it is given
+pytestmark = pytest.mark.filterwarnings('ignore:causal routing with thresholds that were never calibrated')
+
 TEXT = "the cat sat on a mat. a dog ran far away, then home again!\n"
 
 

@@ -13,6 +13,10 @@ import pytest
 import exercises
 import graders
 
+# these tests route causally on models no training step calibrated, on purpose (routing's mechanics, not its
+# thresholds): xmod.py's one warning about it is expected here, and test_xmod.py checks that it is given
+pytestmark = pytest.mark.filterwarnings('ignore:causal routing with thresholds that were never calibrated')
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SCRIPT = os.path.join(ROOT, 'tutorial', 'exercises.py')

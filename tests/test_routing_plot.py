@@ -19,6 +19,10 @@ from conftest import assert_bad_input
 from data.tokenizers import from_meta, meta_for
 from xmod import GPT, GPTConfig
 
+# these tests route causally on models no training step calibrated, on purpose (routing's mechanics, not its
+# thresholds): xmod.py's one warning about it is expected here, and test_xmod.py checks that it is given
+pytestmark = pytest.mark.filterwarnings('ignore:causal routing with thresholds that were never calibrated')
+
 TEXT = 'to be or not to be, that is the question:\nwhether tis nobler in the mind to suffer\n'
 SEP = '\n---------------\n'
 
