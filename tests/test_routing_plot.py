@@ -12,11 +12,11 @@ import pytest
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-import routing_plot
 import run_folder
 import sample
 from conftest import assert_bad_input
 from data.tokenizers import from_meta, meta_for
+from tools import routing_plot
 from xmod import GPT, GPTConfig
 
 # these tests route causally on models no training step calibrated, on purpose (routing's mechanics, not its
