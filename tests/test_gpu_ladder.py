@@ -102,8 +102,9 @@ def test_the_entry_point_writes_its_four_files(tmp_path, capsys):
 
 
 def test_gpu_ladder_script_smoke(corpus, tmp_path):
-    """sweeps/gpu_ladder.sh in its CPU smoke mode: the sweep's 16 toy runs, the analysis, and OUT holds exactly the
-    6 files docs/ladder.md names, each with what it should hold."""
+    """sweeps/gpu_ladder.sh in its CPU smoke mode: the sweep's 12 toy runs in its two phases (the widest width's one
+    rate, then two rates at the other), the analysis, and OUT holds exactly the 6 files docs/ladder.md names, each
+    with what it should hold."""
     out = tmp_path / 'ladder'
     env = dict(ENV, GPU_LADDER_SMOKE='1', GPU_LADDER_DATA=corpus, PYTHON=sys.executable)
     r = subprocess.run(['bash', os.path.join(ROOT, 'sweeps', 'gpu_ladder.sh'), str(out)], capture_output=True,
@@ -112,16 +113,18 @@ def test_gpu_ladder_script_smoke(corpus, tmp_path):
     assert sorted(os.listdir(out)) == ['curves.png', 'delta.png', 'ladder.json', 'ladder.md', 'runs.tar.gz',
                                        'sweep.txt']
     log = (out / 'sweep.txt').read_text()
-    assert 'sweep: exit code 0' in log and 'analysis: exit code 0' in log, log
+    assert 'sweep top: exit code 0' in log and 'sweep rest: exit code 0' in log, log
+    assert log.index('sweep top: exit code 0') < log.index('sweep rest: exit code 0') and 'analysis: exit code 0' in log
     result = json.loads((out / 'ladder.json').read_text())
-    assert result['runs'] == 16 and result['widths'] == [24, 48]
+    assert result['runs'] == 12 and result['widths'] == [24, 48]
     a = result['arms']['xmod_s4']
     assert [r['n'] for r in a['widths']] == [2, 2] and a['slope_per_decade'] is not None and a['verdict']
+    assert [len(r['rates_run']['sparse']) for r in a['widths']] == [2, 1]
     assert 'xmod_s4 - dense' in (out / 'ladder.md').read_text()
     for png in ('delta.png', 'curves.png'):
         assert (out / png).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
     with tarfile.open(out / 'runs.tar.gz') as tar:
         names = tar.getnames()
-    assert len([n for n in names if n.endswith('/log.csv')]) == 16
-    assert len([n for n in names if n.endswith('/run.json')]) == 16
+    assert len([n for n in names if n.endswith('/log.csv')]) == 12
+    assert len([n for n in names if n.endswith('/run.json')]) == 12
     assert not [n for n in names if n.endswith('.pt')]
