@@ -4,11 +4,14 @@ and how Delta moves per decade of training FLOPs. sweeps/gpu_ladder.sh runs it a
 
     python -m law.ladder RUNS_DIR --out OUT     # OUT/ladder.md, ladder.json, delta.png, curves.png
 
-The rate rule: each arm has two peak rates per width. For the seed-s pair, each arm's rate is the one with the lower
-mean final loss over that arm's other seeds at that width (leave one seed out), so the seed that gives a Delta never
-chose its own rate (choosing by the same seed would pick its luckier rate and bias Delta toward each arm's noise).
-The loss is val_loss_causal (causal routing; a dense run's two losses are equal), diverged or missing runs count as
-worse than any. A width where an arm has a single seed gets no Delta (nothing left to choose by).
+The rate rule: at a width where an arm ran two peak rates, the seed-s pair takes each arm's rate with the lower
+mean final loss over that arm's other seeds (leave one seed out), so the seed that gives a Delta never chose its own
+rate (choosing by the same seed would pick its luckier rate and bias Delta toward each arm's noise). The rates are
+compared over the other seeds that both finished: a run that did not finish (cut by the sweep's deadline, or stopped
+by train.py's divergence check) is left out of the comparison, not counted against its rate, so a sweep cut short
+compares its rates on the seeds it has. A width where an arm ran one rate uses it: nothing is chosen there, so no seed
+is left out, and a single seed gets a Delta. The loss is val_loss_causal (causal routing; a dense run's two losses are
+equal).
 
 Per width: Delta's mean over seeds and a 95% t-interval with n - 1 degrees of freedom (n the seeds paired there).
 The slope: ordinary least squares of the widths' mean Delta on log10 of their training FLOPs (the dense run's), per
@@ -60,12 +63,17 @@ def table(runs):
 
 
 def chosen_rate(by_lr, seed):
-    """The arm's rate for the seed-`seed` pair: the lowest mean loss over its other seeds (a rate missing one of
-    them counts as worse than any); None when the arm has no other seed."""
-    others = sorted({s for by_seed in by_lr.values() for s in by_seed} - {seed})
-    if not others:
+    """The arm's rate for the seed-`seed` pair. One rate: that rate (no choice). Several: the lowest mean loss over
+    the other seeds that every rate finished; where they share none, each rate's own other seeds; None when no rate
+    has another seed (nothing to choose by)."""
+    if len(by_lr) == 1:
+        return next(iter(by_lr))
+    others = {lr: set(by_seed) - {seed} for lr, by_seed in by_lr.items()}
+    common = set.intersection(*others.values())
+    judged = {lr: common or s for lr, s in others.items() if common or s}
+    if not judged:
         return None
-    return min(sorted(by_lr), key=lambda lr: np.mean([by_lr[lr].get(s, math.inf) for s in others]))
+    return min(sorted(judged), key=lambda lr: np.mean([by_lr[lr][s] for s in sorted(judged[lr])]))
 
 
 def deltas(losses, arm, width):
@@ -109,13 +117,16 @@ def analyse(runs, seed=0):
     routed = sorted({arm for arm, _ in losses if arm != 'dense'})
     rng = np.random.default_rng(seed)
     result = dict(metric=METRIC, widths=widths, flops={str(w): flops[w] for w in widths}, arms={},
-                  runs=len(runs), rule='each arm at the rate with the lowest mean loss over its other seeds')
+                  runs=len(runs), rule='where an arm ran two rates, each at the one with the lower mean loss over '
+                  'its other seeds that both finished; where it ran one, that one')
     for arm in routed:
         per_width = {w: deltas(losses, arm, w) for w in widths}
         rows = []
         for w in widths:
             d = per_width[w]
+            ran = {a: sorted(losses.get((a, w), {})) for a in ('dense', arm)}    # the rates each arm ran here
             rows.append(dict(width=w, flops=flops[w], seeds=sorted(d), delta=[d[s][0] for s in sorted(d)],
+                             rates_run=dict(dense=ran['dense'], sparse=ran[arm]),
                              rates={str(s): dict(dense=d[s][1], sparse=d[s][2]) for s in sorted(d)},
                              **interval([d[s][0] for s in sorted(d)])))
         points = [(r['flops'], r['mean']) for r in rows if r['n']]
@@ -159,11 +170,13 @@ def to_markdown(result):
              f"{result['runs']} finished runs; rate rule: {result['rule']}; 95% t-intervals (df = seeds - 1); "
              f"slope of Delta per decade of training FLOPs with a {BOOTSTRAP}-draw seed-cluster bootstrap.", '']
     for arm, a in result['arms'].items():
-        lines += [f"## {arm} - dense", '', '| width | training FLOPs | seeds | Delta | 95% interval | df |',
-                  '|---|---|---|---|---|---|']
+        lines += [f"## {arm} - dense", '',
+                  '| width | training FLOPs | rates run (dense; sparse) | seeds | Delta | 95% interval | df |',
+                  '|---|---|---|---|---|---|---|']
         for r in a['widths']:
             ci = f"[{fmt(r['lo'])}, {fmt(r['hi'])}]" if r['lo'] is not None else '-'
-            lines.append(f"| {r['width']} | {r['flops']:.3g} | {r['n']} | {fmt(r['mean'])} | {ci} | "
+            ran = '; '.join(', '.join(f'{lr:.3g}' for lr in r['rates_run'][k]) or '-' for k in ('dense', 'sparse'))
+            lines.append(f"| {r['width']} | {r['flops']:.3g} | {ran} | {r['n']} | {fmt(r['mean'])} | {ci} | "
                          f"{r['df'] if r['df'] is not None else '-'} |")
         ci = f"[{fmt(a['slope_lo'])}, {fmt(a['slope_hi'])}]" if a['slope_lo'] is not None else '-'
         lines += ['', f"slope {fmt(a['slope_per_decade'])} per decade, 95% bootstrap {ci}", '',

@@ -15,36 +15,39 @@
 # One deadline: the steps end by BUDGET - 15 s (225 of 240 s), leaving the 10 s between a step's SIGTERM and its
 # SIGKILL (timeout -k 10) and the last pack inside BUDGET. Each step runs under the lesser of its own limit and the
 # time left; one with under 5 s left is skipped. Steps in one phase run at once, sharing the GPU (what they measure
-# is correctness, or is said to be shared below); the timed benchmarks run alone, last. Limits on a GPU (the H200's
-# first run in brackets, where one was measured):
-#   preflight   30 s  [7]   versions (Python, torch, Triton, CUDA, driver), the GPU and its free memory, a C compiler
+# is correctness, or is said to be shared below); the timed benchmarks run alone, last. Limits on a GPU, with the
+# times one H200 measured at 82935b4 in brackets (results/gpu_check):
+#   preflight   30 s  [5]   versions (Python, torch, Triton, CUDA, driver), the GPU and its free memory, a C compiler
 #                           and Python.h for Triton, the test packages, the data: each missing thing on a line.
 #                           Without a compiler, Triton or Python.h the compiled steps run eager; without data, the
 #                           steps that train are skipped
-#   phase A, at once (ends by 30 + 130 = 160 s at the limits; about 7 + 105 = 112 s expected):
-#     precision 60 s  [46]  the tests marked `device` (pytest -m device) on cuda: bf16 and fp16 autocast for every
-#                           family and impl, float32 routers, naive == fast, one graph under compile, 2-process DDP
-#                           (skipped below 2 GPUs)
-#     xmod     130 s  [103] the Quickstart's X-MoD in bf16, compiled, 500 steps, evaluated every 250: step 0 eagerly,
-#                           so the training graph compiles first; its log.csv's step-500 row times steps 250-500 alone,
-#                           after every compile (the top-k and causal evaluation graphs compile at step 250)
-#     then, one after another (30 + 30 + 45 = 105 s of limits):
-#     dense     30 s  [18]  its FLOP-matched dense partner, the same 500 steps, eager
-#     ddp       30 s  [25, killed] 20 X-MoD steps through torchrun + nccl, eager
-#     per_gpu   45 s        4 gpu_small runs at once on the one GPU (sweeps/sweep.py --gpus=0 --per_gpu=4), eager, 1.6M
+#   phase A, at once (150 s at the limits, the compile its long pole):
+#     precision 75 s  [59 of 60; pytest 51] the tests marked `device` (pytest -m device) on cuda: bf16 and fp16
+#                           autocast for every family and impl, float32 routers, naive == fast, one graph under
+#                           compile, 2-process DDP (skipped below 2 GPUs)
+#     compile  150 s  [the 500-step run: no row after step 0 in 125 s beside phase A; 90-103 s at ee9dcc4] the
+#                           Quickstart's X-MoD in bf16, compiled, 100 steps, evaluated every 50: step 0 eagerly, so
+#                           the training graph compiles first, the top-k and causal evaluation graphs at step 50; its
+#                           step-100 row times steps 50-100 after every compile; TORCH_LOGS=recompiles says in
+#                           compile.txt what compiled again and why (the summary counts them)
+#     xmod      90 s  [not run eager before; ddp's 20 eager steps took 4 s] the same X-MoD eager, 500 steps,
+#                           evaluated every 250: the checkpoint the next two read; then, if it finished, at once:
+#       sample  45 s  [35, killed, on a step-0 checkpoint] sample.py with the KV cache; greedy cached == uncached
+#                           in float32 with --window=exact, 200 new tokens (past block_size both recompute the window)
+#       downstream 30 s [20] tools/downstream.py (shakespeare_next_line)
+#     dense     30 s  [18]  the FLOP-matched dense partner, the same 500 steps, eager; then
+#     ddp       45 s  [27 of 30] 20 X-MoD steps through torchrun + nccl, eager ("done: 20 iters, 10s"); then
+#     per_gpu   45 s  [35]  4 gpu_small runs at once on the one GPU (sweeps/sweep.py --gpus=0 --per_gpu=4), eager, 1.6M
 #                           tokens each (about 100 steps), with --dry_run's FLOPs before: tokens/s per run when 4
-#                           share a GPU (beside phase A's compiles, which take CPU: a floor)
-#   phase B, at once (35 s):
-#     sample    35 s        sample.py with the KV cache on the X-MoD run; greedy cached == uncached in float32 with
-#                           --window=exact, 300 new tokens (past block_size both recompute the same window)
-#     downstream 25 s       tools/downstream.py (shakespeare_next_line) on the X-MoD run
-#   bench       35 s        bench.py at width 128, T=1024, bf16, eager: train, causal eval, decode at batch 1
-#   bench_768  140 s        a d=768 12-layer dense model and its 36-layer X-MoD, T=1024, train phase, eager (MFU)
-#                           then compiled (fullgraph, cold: 75-140 s for the X-MoD): whatever the deadline leaves,
-#                           about 225 - 112 - 30 - 25 = 58 s expected; bench.py writes each row as it finishes
-# Arithmetic against 240 s: expected 7 + 105 + 30 + 25 = 167 s before bench_768, which gets the 58 s left to 225;
-# at every limit the steps before it take 30 + 130 + 35 + 35 = 230 > 225, and bench_768 is skipped. A larger
-# GPU_CHECK_BUDGET (seconds) gives bench_768's compiled rows their time.
+#                           share a GPU (beside phase A's compile, which takes CPU: a floor)
+#   bench       55 s  [35, killed before decode] bench.py at width 128, T=1024, bf16, eager: train, causal eval,
+#                           decode at batch 1
+#   bench_768  140 s  [20, nothing] a d=768 12-layer dense model and its 36-layer X-MoD, T=1024, train phase, eager
+#                           (MFU) then compiled (fullgraph, cold: 75-140 s): only when the deadline leaves it 60 s
+# Arithmetic against 225 s: preflight 5 + phase A 150 (the compile at its limit; the chains xmod -> sample and
+# dense -> ddp -> per_gpu take 90 + 45 = 135 and 120 s at their limits, 80-100 expected) + bench 55 = 210 s; at every
+# limit 30 + 150 + 55 = 235 s, and the deadline takes the last 10 s from bench. bench_768 is skipped at 240 s:
+# GPU_CHECK_BUDGET=420 (seconds) gives it its time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-results/gpu_check}
@@ -58,7 +61,7 @@ SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 rm -f "$OUT/gpu_check.tar.gz"
 DATA=data/shakespeare
-ORDER="preflight precision xmod dense ddp per_gpu sample downstream bench bench_768"
+ORDER="preflight precision compile xmod sample downstream dense ddp per_gpu bench bench_768"
 
 if [ "${GPU_CHECK_SMOKE:-0}" = 1 ]; then        # CPU, toy sizes: checks the script itself, not a GPU
     DEV=cpu; TRAIN_ARGS="--device=cpu --dtype=bfloat16 --n_embd=32 --n_head=2 --block_size=32 --batch_size=4
@@ -66,7 +69,7 @@ if [ "${GPU_CHECK_SMOKE:-0}" = 1 ]; then        # CPU, toy sizes: checks the scr
     COMPILE=False; TESTS="-m device -k test_float32_router_is_unchanged"; export OMP_NUM_THREADS=1
     BENCH="--device=cpu --dtype=bfloat16 --contexts=40 --n_embd=32 --n_head=2 --steps=1 --rounds=1 --prompt=8
         --new_tokens=8 --extras=False --phases=train,decode_b1"
-    BENCH_768="$BENCH --phases=train"; NEW_TOKENS=40; DDP_ITERS=2; NPROC_DEV=cpu
+    BENCH_768="$BENCH --phases=train"; NEW_TOKENS=40; DDP_ITERS=2; NPROC_DEV=cpu; COMPILE_ITERS=""
     LIMIT_SCALE=8                                # the limits are the GPU's; a busy 2-core CPU running a phase's
     SMOKE_DIR=${SMOKE_DATA:-}; SMOKE_DIR=${SMOKE_DIR#--data_dir=}; DATA=${SMOKE_DIR:-$DATA}   # steps at once is slower
     DOWNSTREAM="--device=cpu --next_line_items=20 --task_data=$SMOKE_DIR"; SHARE="--jobs=4"
@@ -78,7 +81,7 @@ else
         --phases=train,eval_causal,decode_b1"
     BENCH_768="--device=cuda --dtype=bfloat16 --contexts=1024 --rounds=2 --extras=False --n_embd=768 --n_head=12
         --dense_layers=12 --batch_size=8 --phases=train"
-    NEW_TOKENS=300; DDP_ITERS=20; NPROC_DEV=cuda
+    NEW_TOKENS=200; DDP_ITERS=20; NPROC_DEV=cuda; COMPILE_ITERS="--max_iters=100 --eval_interval=50"
     DOWNSTREAM="--device=cuda"; SHARE="--gpus=0 --per_gpu=4"
     SHARE_RUNS="dict(eval_interval=400, compile=False)"; SHARE_TOKENS=1_600_000
 fi
@@ -181,20 +184,45 @@ name, common = 'gpu_check_per_gpu', spec['common']
 runs = [dict(r, max_tokens=$SHARE_TOKENS, **$SHARE_RUNS) for r in spec['runs'][:4]]
 PYEOF
 BACKEND=$([ "$NPROC_DEV" = cuda ] && echo nccl || echo gloo)
-train() {   # train MODEL COMPILE LIMIT: the Quickstart's run of MODEL
-    step "$1" "$3" '^done: |^step +[0-9]+: ' "$PY" train.py --model="$1" --compile="$2" $TRAIN_ARGS \
-        --out_dir="$W/run_$1" --overwrite=True
+train() {   # train MODEL COMPILE LIMIT [NAME [ARGS...]]: the Quickstart's run of MODEL as step NAME (default MODEL)
+    local model=$1 compile=$2 limit=$3 name=${4:-$1}; shift 3; shift $(( $# > 0 ? 1 : 0 ))
+    step "$name" "$limit" '^done: |^step +[0-9]+: ' "$PY" train.py --model="$model" --compile="$compile" $TRAIN_ARGS \
+        "$@" --out_dir="$W/run_$name" --overwrite=True
 }
-# phase A: the device tests, the compiled X-MoD run, and (one after another) dense, ddp and per_gpu
-step precision 60 ' passed| failed| error' env XMOD_TEST_DEVICE=$DEV "$PY" -m pytest -q tests $TESTS \
+finished() {   # finished RUN_DIR: its run.json says the run finished (not a checkpoint some killed step left)
+    "$PY" -c "import json, sys; sys.exit(json.load(open(sys.argv[1])).get('finished') is not True)" "$1/run.json" \
+        2>/dev/null
+}
+# phase A, all at once: the device tests; the compile proof; the eager X-MoD run, then what reads its checkpoint;
+# dense, ddp and per_gpu one after another
+step precision 75 ' passed| failed| error' env XMOD_TEST_DEVICE=$DEV "$PY" -m pytest -q tests $TESTS \
     -p no:cacheprovider &
 if [ "${NODATA:-0}" != 0 ]; then
-    for s in xmod dense ddp per_gpu; do skip $s "no data"; done
+    for s in compile xmod dense ddp per_gpu sample downstream; do skip $s "no data"; done
 else
-    train xmod "$COMPILE" 130 &
+    {   # TORCH_LOGS=recompiles: each graph compiled again, and the guard that failed, in compile.txt
+        TORCH_LOGS=recompiles train xmod "$COMPILE" 150 compile $COMPILE_ITERS
+        echo "    recompiles logged: $(grep -c 'Recompiling function' "$W/compile.txt")" >> "$W/sum/compile"
+    } &
+    {
+        train xmod False 90
+        if ! finished "$W/run_xmod"; then
+            skip sample "the xmod run did not finish"; skip downstream "the xmod run did not finish"
+        else
+            step sample 45 '^greedy: ' bash -c "$PY sample.py --out_dir=$W/run_xmod --num_samples=1 \
+                --max_new_tokens=$NEW_TOKENS --device=$DEV && for c in True False; do $PY sample.py \
+                --out_dir=$W/run_xmod --num_samples=1 --max_new_tokens=$NEW_TOKENS --top_k=1 --use_cache=\$c \
+                --window=exact --dtype=float32 --device=$DEV > $W/greedy_\$c.txt || exit 1; done && \
+                cmp $W/greedy_True.txt $W/greedy_False.txt && \
+                echo 'greedy: cached == uncached, $NEW_TOKENS tokens in float32 with --window=exact'" &
+            step downstream 30 '^shakespeare_next_line ' "$PY" tools/downstream.py --out_dir="$W/run_xmod" \
+                $DOWNSTREAM &
+            wait
+        fi
+    } &
     {
         train dense False 30
-        step ddp 30 '^done: ' "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 train.py --model=xmod \
+        step ddp 45 '^done: ' "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 train.py --model=xmod \
             --backend=$BACKEND $TRAIN_ARGS --max_iters=$DDP_ITERS --eval_interval=$DDP_ITERS --out_dir="$W/run_ddp" \
             --overwrite=True
         step per_gpu 45 '^per_gpu: ' bash -c "$PY sweeps/sweep.py $W/per_gpu_sweep.py --out=$W/per_gpu --dry_run $SHARE && \
@@ -206,26 +234,17 @@ fi
 wait
 collect
 
-# phase B: what reads the X-MoD run's checkpoint
-if [ ! -f "$W/run_xmod/ckpt.pt" ]; then
-    skip sample "no X-MoD checkpoint"; skip downstream "no X-MoD checkpoint"
-else
-    step sample 35 '^greedy: ' bash -c "$PY sample.py --out_dir=$W/run_xmod --num_samples=1 \
-        --max_new_tokens=$NEW_TOKENS --device=$DEV && for c in True False; do $PY sample.py --out_dir=$W/run_xmod \
-        --num_samples=1 --max_new_tokens=$NEW_TOKENS --top_k=1 --use_cache=\$c --window=exact --dtype=float32 \
-        --device=$DEV > $W/greedy_\$c.txt || exit 1; done && cmp $W/greedy_True.txt $W/greedy_False.txt && \
-        echo 'greedy: cached == uncached, $NEW_TOKENS tokens in float32 with --window=exact'" &
-    step downstream 25 '^shakespeare_next_line ' "$PY" tools/downstream.py --out_dir="$W/run_xmod" $DOWNSTREAM &
-    wait
-fi
-collect
-
-# the timed benchmarks, alone on the GPU; bench_768 last, with what the deadline leaves
-step bench 35 '^\| xmod ' "$PY" bench.py $BENCH --json="$W/bench.json"
+# the timed benchmarks, alone on the GPU; bench_768 last, only when the deadline leaves it a minute
+step bench 55 '^\| xmod ' "$PY" bench.py $BENCH --json="$W/bench.json"
 bench_rows bench
 collect
-step bench_768 140 '^\| xmod ' "$PY" bench.py $BENCH_768 --compile=$COMPILE --json="$W/bench_768.json"
-bench_rows bench_768
+LEFT=$(( DEADLINE - $(date +%s) ))
+if [ "$LEFT" -lt $(( 60 * SCALE )) ]; then
+    skip bench_768 "deadline (${LEFT}s left, it needs $(( 60 * SCALE ))s: GPU_CHECK_BUDGET=420 gives it its time)"
+else
+    step bench_768 140 '^\| xmod ' "$PY" bench.py $BENCH_768 --compile=$COMPILE --json="$W/bench_768.json"
+    bench_rows bench_768
+fi
 collect
 echo "wrote $OUT: summary.txt and gpu_check.tar.gz ($(( $(date +%s) - START )) s)"
 cat "$SUMMARY"
