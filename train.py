@@ -208,24 +208,24 @@ def check_eval_set(saved, cfg):
 
 def check_new_run(out_dir, overwrite, say=True):
     """A new run replaces one in out_dir only with --overwrite, or if it has no checkpoint."""
-    held = [f for f in run_folder.RUN_FILES if os.path.exists(os.path.join(out_dir, f))]
-    if not held or overwrite:
+    present = [f for f in run_folder.RUN_FILES if os.path.exists(os.path.join(out_dir, f))]
+    if not present or overwrite:
         return
-    if run_folder.run_state(out_dir) != 'partial' or 'ckpt.pt' in held:
-        raise UserError(f"{out_dir} already holds a run ({', '.join(held)}): resume it with "
-                        f"--init_from=resume, pick another --out_dir, or replace it with "
-                        f"--overwrite=True")
+    if run_folder.run_state(out_dir) != 'partial' or 'ckpt.pt' in present:
+        raise UserError(f"{out_dir} already holds a run ({', '.join(present)}): resume it with "
+                        f"--init_from=resume, pick another --out_dir, or replace it with --overwrite=True")
     if say:
         print(f"{out_dir} holds a run that never reached its first checkpoint: replacing it")
 
 
-def open_run(cfg, explicit, world_size, held=None):
+def open_run(cfg, explicit, world_size, locks=None):
     """(cfg, resume, checkpoint, branch), decided before anything is written (bad input: UserError,
-    the folder as it was). held: rank 0's list for the folder's lock, taken here when a trainer
+    the folder as it was). locks: rank 0's list for the folder's lock, taken here when a trainer
     wrote in out_dir before. A branch whose out_dir holds its checkpoint continues it, like auto."""
     check_config(cfg, world_size)
-    if held is not None:
-        held += filter(None, [run_folder.lock(cfg.out_dir, create=False)])
+    fd = run_folder.lock(cfg.out_dir, create=False) if locks is not None else None
+    if fd is not None:
+        locks.append(fd)
     ckpt_path = os.path.join(cfg.out_dir, 'ckpt.pt')
     branch_from = cfg.init_from if cfg.init_from.endswith('.pt') else None
     own = None
@@ -295,8 +295,7 @@ def find_data(cfg, ddp):
         how = (f"python data/shakespeare/prepare.py --input=FILE --out_dir={cfg.data_dir}"
                if cfg.data_dir else f"python {script}" if os.path.isfile(os.path.join(ROOT, script))
                else f"write train.bin, val.bin (uint16 tokens), meta.pkl into data/{cfg.dataset}/")
-        raise UserError(f"dataset not ready: {folder} has no {', '.join(missing)}; prepare it "
-                        f"with: {how}")
+        raise UserError(f"dataset not ready: {folder} has no {', '.join(missing)}; prepare it with: {how}")
     path = os.path.join(folder, 'meta.pkl')
     try:
         with open(path, 'rb') as f:
@@ -388,11 +387,10 @@ def evaluate(model, raw_model, routing, data, starts, B, T, dev, ctx, rank=0, wo
 # --------------------------------------------------------------------------------------------------
 # the run, top to bottom
 
-def train(argv, held):
+def train(argv, locks):
     # ---- settings: defaults, config file, --key=value; processes; device
     from_file = set()
-    cfg, explicit = configure(argv, DEFAULTS, doc=__doc__, source=__file__, from_file=from_file,
-                              model=GPTConfig)
+    cfg, explicit = configure(argv, DEFAULTS, doc=__doc__, source=__file__, from_file=from_file, model=GPTConfig)
     cfg.out_dir = cfg.out_dir or f'out-{cfg.model}'   # each family its own folder: xmod, then dense
     ddp = int(os.environ.get('RANK', -1)) != -1
     rank, local_rank, world_size = 0, 0, 1
@@ -404,7 +402,7 @@ def train(argv, held):
     if follows_world:
         cfg.gradient_accumulation_steps = world_size
     # how the run starts: scratch, resume, auto or a branch (decided here; nothing is written yet)
-    cfg, resume, ckpt, branch = open_run(cfg, explicit, world_size, held if master else None)
+    cfg, resume, ckpt, branch = open_run(cfg, explicit, world_size, locks if master else None)
     dev = pick_device(cfg.device, local_rank if ddp else None)
     device_type = dev.split(':')[0]
     if device_type == 'cpu' and cfg.threads:
@@ -478,8 +476,7 @@ def train(argv, held):
         try:
             raw_model.load_state_dict(run_folder.clean_state_dict(ckpt['model']))
         except RuntimeError as e:
-            raise UserError(f"{cfg.out_dir}/ckpt.pt: the weights do not fit the model: "
-                            f"{one_line(e)}") from None
+            raise UserError(f"{cfg.out_dir}/ckpt.pt: the weights do not fit the model: {one_line(e)}") from None
     raw_model.to(dev)
     scaler = torch.amp.GradScaler(device_type, enabled=dtype == 'float16')
     optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
@@ -522,8 +519,8 @@ def train(argv, held):
     last_row = ckpt.get('last_row') if resume else None    # the checkpoint's log.csv row
     if master:
         os.makedirs(cfg.out_dir, exist_ok=True)
-        if not held:      # no trainer had written here: the lock file is made before the first write
-            held.append(run_folder.lock(cfg.out_dir, create=True))
+        if not locks:     # no trainer had written here: the lock file is made before the first write
+            locks.append(run_folder.lock(cfg.out_dir, create=True))
             if not resume:    # a trainer that took it in between has written a run: look again
                 check_new_run(cfg.out_dir, cfg.overwrite, say=False)
         if resume:            # log.csv cut back to the checkpoint's step; a row lost in a cut, again
@@ -562,8 +559,7 @@ def train(argv, held):
               f"{params_total / params_active:.2f}; {fpt / 1e6:.3f}M FLOPs/token forward")
         shown = folder if os.path.relpath(folder).startswith('..') else os.path.relpath(folder)
         print(f"data {shown}: {n_train:,} train / {n_val:,} val tokens, {meta.get('tokenizer')} "
-              f"vocab {meta['vocab_size']:,}; eval set {len(starts)} windows x {T} = "
-              f"{len(starts) * T:,} tokens")
+              f"vocab {meta['vocab_size']:,}; eval set {len(starts)} windows x {T} = {len(starts) * T:,} tokens")
         print(f"budget {n_iters:,} iters x {tokens_per_iter:,} tokens = "
               f"{n_iters * tokens_per_iter / 1e6:.2f}M tokens, "
               f"{3 * fpt * n_iters * tokens_per_iter:.3g} FLOPs; device {dev} {dtype}"
@@ -580,8 +576,7 @@ def train(argv, held):
             print(f"branch of {branch['checkpoint']} at step {branch['step']:,}{sched}")
         if n_iters > schedule_iters:
             print(f"extending: the learning-rate schedule of this run ended at step "
-                  f"{schedule_iters:,}; steps {schedule_iters:,}-{n_iters:,} run at "
-                  f"min_lr={cfg.min_lr:g}")
+                  f"{schedule_iters:,}; steps {schedule_iters:,}-{n_iters:,} run at min_lr={cfg.min_lr:g}")
     tracker = None
     if cfg.wandb_log and master:   # nanoGPT's convention: each log.csv row goes to W&B too
         import wandb
@@ -687,8 +682,7 @@ def train(argv, held):
                 if master:      # the row first: a kill in between loses the row on resume, not the step
                     run_folder.append_log(log_path, row)
                     if tracker:
-                        tracker.log({k: v for k, v in row.items() if isinstance(v, (int, float))},
-                                    step=iter_num)
+                        tracker.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=iter_num)
                     run_folder.save_checkpoint(state, ckpt_path)
                     train_txt = f"train {train_loss:.4f}, " if train_loss != '' else ''
                     tqdm.write(f"step {iter_num:>6}: {train_txt}val {row['val_loss']:.4f}, val "
@@ -772,20 +766,19 @@ def train(argv, held):
         run_folder.write_json(run_path, info)
         print(f"done: {n_iters:,} iters, {time.time() - t0:.0f}s; val_loss "
               f"{last_eval['val_loss']:.4f}, val_loss_causal {last_eval['val_loss_causal']:.4f}; "
-              f"sample with: python sample.py --out_dir={cfg.out_dir}; its curves: python "
-              f"plot_run.py {cfg.out_dir}")
+              f"sample with: python sample.py --out_dir={cfg.out_dir}; its curves: python plot_run.py {cfg.out_dir}")
     if ddp:         # the ranks leave together, each on its own device (nccl: never a guessed one)
         torch.distributed.barrier(**({'device_ids': [local_rank]} if device_type == 'cuda' else {}))
     return 0
 
 
 def main(argv=None):
-    threads, held = torch.get_num_threads(), []     # held: the run folder's lock (run_folder.lock)
+    threads, locks = torch.get_num_threads(), []     # the run folder's lock, once taken
     try:
-        return run_main('train.py', lambda args: train(args, held), argv,
+        return run_main('train.py', lambda args: train(args, locks), argv,
                         interrupted='nothing was written: run the same command again')
     finally:
-        for fd in held:
+        for fd in locks:
             os.close(fd)         # the kernel would at exit; a caller's process (tests) may train again
         torch.set_num_threads(threads)   # --threads changed it: a caller gets its own back
 
