@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import replace
 
 import torch
@@ -48,8 +49,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from configurator import UserError, configure, defaults_of, run_main
-from train import autocast, device_peak_tflops, pick_device
+from configurator import UserError, configure, defaults_of, one_line, run_main
 from xmod import GPT, GPTConfig, flops_per_token, match_flops
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -73,11 +73,28 @@ extras = True             # also fast vs naive paths (MoE model; one routed laye
 contention = False        # instead: the train phase under each CPU setting, alone and beside one busy process
 profile = False           # also print each row's torch.profiler table (aten ops by self CPU time; train: forward, backward, optimizer ms a step; one measurement)
 json = ''                 # write the rows as JSON to this path (also: --json PATH)
-peak_tflops = 0.0         # the device's peak TFLOP/s for MFU (0 = by device name in bf16: train.PEAK_TFLOPS)
+peak_tflops = 0.0         # the device's peak TFLOP/s for MFU (0 = by device name in bf16: PEAK_TFLOPS)
 # -----------------------------------------------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
 VOCAB = 84
-BENCH_DTYPES = ('float32', 'bfloat16')
+# Dense (no sparsity) bf16/fp16 tensor-core peaks from NVIDIA's datasheets, TFLOP/s, for MFU (train.py's mfu
+# too): the first name that is part of torch.cuda.get_device_name wins, so the more specific names come first.
+# Datasheets quote "with sparsity", twice these. Not in the table: pass --peak_tflops.
+PEAK_TFLOPS = (('H100 PCIe', 756.0), ('H100 NVL', 835.0), ('H200 NVL', 835.0), ('H100', 989.0), ('H200', 989.0),
+               ('H800', 989.0), ('B200', 2250.0), ('A100', 312.0), ('A800', 312.0), ('L40S', 362.0), ('L40', 181.0),
+               ('L4', 121.0), ('A10G', 70.0), ('A10', 125.0), ('RTX 4090', 165.0), ('RTX 3090', 71.0),
+               ('V100', 125.0), ('T4', 65.0))
+
+
+def device_peak_tflops(dev, dtype, override=0.0):
+    """The device's peak TFLOP/s for MFU: override when > 0, else PEAK_TFLOPS's for a CUDA device in bfloat16 or
+    float16; 0.0 when unknown (a CPU, float32, a device not in the table)."""
+    if override > 0:
+        return override
+    if not dev.startswith('cuda') or dtype not in ('bfloat16', 'float16'):
+        return 0.0
+    name = torch.cuda.get_device_name(dev)
+    return next((tflops for key, tflops in PEAK_TFLOPS if key in name), 0.0)
 
 
 class NanoGPTRef(nn.Module):
@@ -327,11 +344,18 @@ def bench(argv):
     bad = [p for p in wanted if p not in ('train', 'eval_causal', 'decode_b1', 'decode_b8')]
     if bad:
         raise UserError(f"--phases: unknown {', '.join(bad)} (train | eval_causal | decode_b1 | decode_b8)")
-    dev = pick_device(cfg.device)
+    dev = cfg.device or ('cuda' if torch.cuda.is_available() else
+                         'mps' if torch.backends.mps.is_available() else 'cpu')
+    try:
+        torch.empty(0, device=dev)
+    except (RuntimeError, AssertionError) as e:      # an unknown device, or one this machine lacks
+        raise UserError(f"--device={dev}: {one_line(e)}") from None
+    if cfg.dtype not in ('float32', 'bfloat16'):
+        raise UserError(f"--dtype={cfg.dtype!r}: expected float32 | bfloat16")
     if cfg.compile:   # causal routing's k_max, read from the data, stays in the graph (xmod.py, RoutedBlock)
         torch._dynamo.config.capture_scalar_outputs = True
         torch._dynamo.config.recompile_limit = 64   # every row's model is a new compile of the same GPT.forward
-    _, ctx = autocast(cfg.dtype, dev.split(':')[0], choices=BENCH_DTYPES)
+    ctx = nullcontext() if cfg.dtype == 'float32' else torch.autocast(dev.split(':')[0], dtype=torch.bfloat16)
     if cfg.contention:
         rows = contention_table(cfg, Ts[0])
         if cfg.json:

@@ -78,11 +78,9 @@ SETTING_TYPES = (bool, int, float, str, list, tuple)
 
 
 def defaults_of(namespace, model=None, skip=()):
-    """The module-level settings of a script: every public bool, int, float, str, list or tuple (a key given once
-    per value: --holdout=A --holdout=B) defined above this call, but NAMES in capitals (constants). With
-    model (a dataclass: train.py's GPTConfig), each of its fields is a setting too, with the field's default (None
-    for a field typed Optional), except the fields in skip and those the script sets itself; they follow the last
-    of the script's settings that is one of its fields, so --help keeps the model's keys together."""
+    """A script's module-level settings: every public bool, int, float, str, list or tuple defined above this
+    call, but CAPITALS (constants). With model (a dataclass: GPTConfig), each of its fields but those in skip
+    or set by the script, after the last of the script's settings that is one of them (--help groups them)."""
     settings = {k: v for k, v in namespace.items() if not k.startswith('_') and type(v) in SETTING_TYPES
                 and not k.isupper()}
     if model is None:
@@ -193,15 +191,11 @@ def find_config_file(name, config_dir):
 
 def configure(argv, defaults, doc='', source=None, config_dir=os.path.join(ROOT, 'config'), files=True,
               positional=None, from_file=None, model=None):
-    """argv -> (config namespace, set of keys given explicitly by a config file or the command line).
-    -h/--help prints doc and every key with its default and the comment beside it in `source` (or, for the fields
-    of the dataclass `model` that defaults_of added, in its class), then exits 0. A key whose default is None takes
-    its type from model's annotation (Optional[X]). --key=value and --key value are the same, but for a bool key:
-    a bare --flag is True, and the argument after it is not its value. A key whose default is a list (or tuple)
-    takes one value each time it is given: the command line's values replace the default (or the config file's)
-    and add up (--holdout=A --holdout B is [A, B]). A bare argument is a config file (files=True), or is appended to
-    the list `positional` when one is given. The set `from_file`, when given, gets the keys whose value a config
-    file set (and no later --key=value)."""
+    """argv -> (config namespace, set of keys a config file or the command line gave). -h/--help prints doc and
+    every key with its default and the comment beside it in `source` (or `model`'s class), then exits 0. A None
+    default takes its type from model's Optional[X]. A bare --flag is True for a bool key; a list key adds up
+    each value given (--holdout=A --holdout B is [A, B]). A bare argument is a config file (files=True), or goes
+    to the list `positional`. The set `from_file` gets the keys a config file set (and no later --key=value)."""
     from_file = set() if from_file is None else from_file
     wants = optional_types(model)
     cfg, explicit = dict(defaults), set()

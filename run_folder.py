@@ -2,7 +2,7 @@
 run_folder.py: what several scripts share about a run folder and a run's plan.
 
   - run.json, log.csv (its first columns, LOG_COLUMNS, are a contract fit_law.py reads) and ckpt.pt, every write
-    atomic; load_model for the scripts that use a trained model; one trainer per folder (RunLock)
+    atomic; load_model for the scripts that use a trained model; one trainer per folder (lock)
   - a run's plan from its config alone (model_config, sizes: FLOP matching, the budget) and the fixed validation
     windows (eval_starts), which train.py trains, sweeps/sweep.py adds up (--dry_run) and tools/routing_plot.py reads
 """
@@ -87,7 +87,10 @@ def load_model(out_dir, dev):
         model.load_state_dict(clean_state_dict(ckpt['model']))
     except (TypeError, ValueError, RuntimeError) as e:
         raise UserError(f"{out_dir}/ckpt.pt: cannot rebuild the model: {one_line(e)}") from None
-    return model.eval().to(dev), ckpt
+    try:
+        return model.eval().to(dev), ckpt
+    except (RuntimeError, AssertionError) as e:      # an unknown device, or one this machine lacks
+        raise UserError(f"--device={dev}: {one_line(e)}") from None
 
 
 def run_state(out_dir):
@@ -99,75 +102,31 @@ def run_state(out_dir):
         return 'new'
 
 
-LOCK_FILE = 'train.lock'      # in out_dir: flock'ed by the trainer writing the folder, its PID inside
-
-
-class RunLock:
-    """One trainer per run folder: an exclusive flock on out_dir/train.lock, held while the process lives. The kernel
-    releases it when the process dies, kill -9 included, so no lock is ever stale; the PID written into the file only
-    names the holder in the message of a trainer that is refused. An flock belongs to the open file, so a process
-    that takes it twice (in-process tests) is refused too: release() closes the file.
-
-    take(out_dir, create=False) locks an existing lock file and changes nothing on disk: a trainer does that before
-    it reads the folder, since a refused trainer, or one that then meets bad input, must leave the folder as it was.
-    take(out_dir, create=True) makes the file, when a run is about to be written. Both raise UserError when another
-    process holds the lock; take returns whether this process now holds it."""
-
-    def __init__(self):
-        self.fd = None
-
-    def take(self, out_dir, create):
-        if self.fd is not None:
-            return True
-        path = os.path.join(out_dir, LOCK_FILE)
-        try:
-            fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
-        except FileNotFoundError:
-            return False                        # no trainer ever wrote here (create=False): nothing to lock yet
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise UserError(f"{out_dir} is being written by another trainer ({holder(path)}): one trainer per run "
-                            f"folder; wait for it to end or stop it, then run again") from None
-        self.fd = fd
-        return True
-
-    def write_pid(self):
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
-
-    def release(self):
-        if self.fd is not None:
-            os.close(self.fd)                   # closing the file releases the flock
-            self.fd = None
-
-
-def holder(lock_path):
-    """'PID N' of the process a held lock file names, or what it is when the file names none that runs: a trainer
-    still starting has not written its PID yet (the file may still name its predecessor, which no longer runs)."""
+def lock(out_dir, create):
+    """One trainer per run folder: an exclusive flock on out_dir/train.lock, which the kernel drops when the
+    process ends (kill -9 too), so no lock is ever stale. Returns the open descriptor (closing it unlocks), or
+    None when create=False and no trainer made the file yet; UserError when another process holds it."""
     try:
-        with open(lock_path) as f:
-            pid = int(f.read().strip())
-        os.kill(pid, 0)                         # signal 0: only asks whether the process exists
-    except PermissionError:
-        pass                                    # it exists, as another user
-    except (OSError, ValueError):
-        return "a process that is still starting"
-    return f"PID {pid}"
+        fd = os.open(os.path.join(out_dir, 'train.lock'), os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UserError(f"{out_dir} is being written by another trainer: one trainer per run folder") from None
+    return fd
 
 
 def running_elsewhere(out_dir):
-    """The holder ('PID N') when a trainer holds out_dir's lock, else None. It probes by taking the lock for an
-    instant, so it never waits and never creates the file."""
-    lock = RunLock()
+    """Whether another trainer holds out_dir's lock: taken for an instant, so it never waits or creates it."""
     try:
-        lock.take(out_dir, create=False)
+        fd = lock(out_dir, create=False)
     except UserError:
-        return holder(os.path.join(out_dir, LOCK_FILE))
-    finally:
-        lock.release()
-    return None
+        return True
+    if fd is not None:
+        os.close(fd)
+    return False
 
 
 def clean_state_dict(state):

@@ -13,13 +13,13 @@ unreadable checkpoint, a prompt the tokenizer cannot encode), with a one-line me
 """
 import os
 import sys
+from contextlib import nullcontext
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from configurator import UserError, configure, defaults_of, one_line, run_main
 from run_folder import load_model
-from train import autocast, pick_device
 from xmod import WINDOWS, layout_string
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -49,8 +49,13 @@ def sample(argv):
             raise UserError(f"--{key}={getattr(cfg, key)}: expected an integer >= {least}")
     if cfg.temperature < 0:
         raise UserError(f"--temperature={cfg.temperature}: expected a number >= 0 (0: greedy)")
-    dev = pick_device(cfg.device)
-    device_type = dev.split(':')[0]
+    dev = cfg.device or ('cuda' if torch.cuda.is_available() else
+                         'mps' if torch.backends.mps.is_available() else 'cpu')
+    # '' = bfloat16 on a CUDA device that has it, else float32 (a model trained in another dtype need not
+    # fit float16's range)
+    dtype = cfg.dtype or ('bfloat16' if dev.startswith('cuda') and torch.cuda.is_bf16_supported() else 'float32')
+    if dtype not in ('float32', 'bfloat16', 'float16'):
+        raise UserError(f"--dtype={dtype!r}: expected '' (auto) | float32 | bfloat16 | float16")
     model, ckpt = load_model(cfg.out_dir, dev)      # in eval mode: the causal thresholds stay frozen, dropout off
     if cfg.show_routing and not model.routed_layers():
         raise UserError(f"--show_routing: this {model.config.model} model ({layout_string(model.config)}) has no "
@@ -76,7 +81,7 @@ def sample(argv):
     if not ids:
         raise UserError("--start is empty: give at least one token of prompt (the default is a newline)")
 
-    _, ctx = autocast(cfg.dtype, device_type, cuda_fallback='float32')
+    ctx = nullcontext() if dtype == 'float32' else torch.autocast(dev.split(':')[0], dtype=getattr(torch, dtype))
     torch.manual_seed(cfg.seed)
     x = torch.tensor(ids, dtype=torch.long, device=dev)[None, :]
     first = ids                           # the text the routing picture shows: the first sample, else the prompt

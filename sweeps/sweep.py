@@ -167,7 +167,7 @@ def sweep(argv):
         env['OMP_NUM_THREADS'] = str(max(1, (os.cpu_count() or 1) // jobs))
     t0 = time.time()
     bar = tqdm(total=len(todo), desc=spec['name'], unit='run')
-    failed, started, running, elsewhere = [], set(), [0], {}
+    failed, started, running, elsewhere = [], set(), [0], []
     free = threading.Condition()
 
     def next_run():
@@ -177,10 +177,9 @@ def sweep(argv):
         for r in current['runs']:
             out_dir = os.path.join(root, r['name'])
             if cfg.only in r['name'] and r['name'] not in started and run_state(out_dir) != 'finished':
-                holder = running_elsewhere(out_dir)    # another sweep or trainer writes it: leave it to that one
-                if holder:
+                if running_elsewhere(out_dir):    # another sweep or trainer writes it: leave it to that one
                     started.add(r['name'])
-                    elsewhere[r['name']] = holder
+                    elsewhere.append(r['name'])
                     continue
                 return r, out_dir, current.get('common', {})
         return None
@@ -221,8 +220,8 @@ def sweep(argv):
     print(f"sweep {spec['name']}: done in {(time.time() - t0) / 60:.1f} min; {len(failed)} failed")
     for name, rc in failed:
         print(f"  {name}: exit code {rc}, see {os.path.join(root, name, 'train.log')}")
-    for name, holder in elsewhere.items():
-        print(f"  {name}: not started, another trainer ({holder}) is writing {os.path.join(root, name)}")
+    for name in elsewhere:
+        print(f"  {name}: not started, another trainer is writing {os.path.join(root, name)}")
     return 1 if failed else 0
 
 

@@ -187,10 +187,8 @@ def test_gpus_give_each_job_its_own_device(tmp_path, monkeypatch, capsys):
     sweep_file.write_text("name = 'g'\njobs = 1\ncommon = dict(device='cuda')\n"
                           "runs = [dict(name=f'r{i}', model='dense') for i in range(10)]\n")
     runs = tmp_path / 'runs'
-    held = run_folder.RunLock()
     os.makedirs(runs / 'r7')
-    held.take(str(runs / 'r7'), create=True)          # as a trainer elsewhere would hold it
-    held.write_pid()
+    held = run_folder.lock(str(runs / 'r7'), create=True)          # as a trainer elsewhere would hold it
     seen, lock, now = [], threading.Lock(), {'3': 0, '5': 0}
     most = {'3': 0, '5': 0}
 
@@ -212,12 +210,12 @@ def test_gpus_give_each_job_its_own_device(tmp_path, monkeypatch, capsys):
     try:
         assert sweep.sweep([str(sweep_file), f'--out={runs}', '--gpus=3,5', '--per_gpu=2']) == 0
     finally:
-        held.release()
+        os.close(held)
     out = capsys.readouterr().out
     assert '4 at a time on GPUs 3,5' in out
     assert sorted(seen) == ['3'] * 5 + ['5'] * 4 or sorted(seen) == ['3'] * 4 + ['5'] * 5
     assert most == {'3': 2, '5': 2}
-    assert f"r7: not started, another trainer (PID {os.getpid()}) is writing" in out
+    assert "r7: not started, another trainer is writing" in out
     assert not os.path.exists(runs / 'r7' / 'run.json')
     with pytest.raises(sweep.UserError, match='jobs follows'):
         sweep.sweep([str(sweep_file), '--gpus=0,1', '--jobs=3'])

@@ -29,6 +29,7 @@ import math
 import os
 import random
 import sys
+from contextlib import nullcontext
 
 import numpy as np
 import torch
@@ -38,7 +39,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repos
 sys.path.insert(0, ROOT)
 from configurator import UserError, configure, defaults_of, one_line, run_main
 from run_folder import load_model, write_json
-from train import autocast, pick_device
 
 # -----------------------------------------------------------------------------------------------------------------
 out_dir = 'out'             # the run folder holding ckpt.pt; downstream.json is written there
@@ -213,8 +213,12 @@ def downstream(argv):
     cfg, _ = configure(argv, DEFAULTS, doc=__doc__, source=__file__)
     if cfg.next_line_items < 0 or cfg.batch_size < 1:
         raise UserError("--next_line_items: expected >= 0 (0 = skip); --batch_size: expected >= 1")
-    dev = pick_device(cfg.device)
-    _, ctx = autocast(cfg.dtype, dev.split(':')[0], cuda_fallback='float32')
+    dev = cfg.device or ('cuda' if torch.cuda.is_available() else
+                         'mps' if torch.backends.mps.is_available() else 'cpu')
+    dtype = cfg.dtype or ('bfloat16' if dev.startswith('cuda') and torch.cuda.is_bf16_supported() else 'float32')
+    if dtype not in ('float32', 'bfloat16', 'float16'):
+        raise UserError(f"--dtype={dtype!r}: expected '' (auto) | float32 | bfloat16 | float16")
+    ctx = nullcontext() if dtype == 'float32' else torch.autocast(dev.split(':')[0], dtype=getattr(torch, dtype))
     tasks = {}
     if cfg.next_line_items:
         text, source = val_text(cfg.task_data or os.path.join(ROOT, 'data', 'shakespeare'))
