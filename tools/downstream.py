@@ -2,8 +2,8 @@
 tools/downstream.py: a trained run on multiple-choice tasks, scored by the log-likelihood of each ending under the model
 with causal routing (the honest mode: no routed layer looks at a later position). Writes out_dir/downstream.json.
 
-    python tools/downstream.py --out_dir=out                                  # shakespeare_next_line
-    python tools/downstream.py --out_dir=out --task_file=hellaswag_val.jsonl  # and HellaSwag, from its JSONL file
+    python tools/downstream.py --out_dir=out-xmod                                  # shakespeare_next_line
+    python tools/downstream.py --out_dir=out-xmod --task_file=hellaswag_val.jsonl  # and HellaSwag, from its JSONL file
 
 The scoring is a contract, HellaSwag's as GPT-2-scale reproductions report it:
   - each ending is encoded as ' ' + ending and appended to the encoded context;

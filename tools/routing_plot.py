@@ -2,8 +2,8 @@
 tools/routing_plot.py: which routed layers took which token of one text, in causal routing, drawn as routing.png.
 sample.py calls it with --show_routing=True:
 
-    python sample.py --out_dir=out --show_routing=True          # the first sample's routing, into out/routing.png
-    python sample.py --out_dir=out --show_routing=True --start=FILE:text.txt --max_new_tokens=0 --num_samples=1
+    python sample.py --out_dir=out-xmod --show_routing=True          # the first sample's routing, into out-xmod/routing.png
+    python sample.py --out_dir=out-xmod --show_routing=True --start=FILE:text.txt --max_new_tokens=0 --num_samples=1
 
 Two views of the same tokens: (1) the text, each token on a background coloured by its realised routed depth (how
 many routed layers took it); (2) a (routed layers x positions) grid, dark where a layer took a token.
