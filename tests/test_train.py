@@ -437,9 +437,9 @@ def test_a_rank_without_its_own_gpu_is_refused(monkeypatch):
 
 
 def test_scripts_that_use_a_model_do_not_import_train():
-    """sample.py, downstream.py and bench.py pick their device and dtype themselves: importing them loads
+    """sample.py, tools/downstream.py and bench.py pick their device and dtype themselves: importing them loads
     no train.py (nor its settings), and train.py imports bench.py only on a GPU, for its peak table."""
-    code = "import sys, sample, downstream, bench; print('train' in sys.modules)"
+    code = "import sys, sample, tools.downstream, bench; print('train' in sys.modules)"
     r = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=ENV, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == 'False', r.stderr
 
