@@ -19,7 +19,7 @@ import numpy as np
 
 from configurator import UserError
 from law.load import warn
-from law.stats import t_interval
+from law.stats import fmt_t, t_interval
 
 BUDGET_TOL = 0.02        # runs within 2% of the budget's FLOPs are at it (match_flops' tolerance)
 
@@ -119,6 +119,13 @@ def analyse(runs, metric, n_boot, seed):
                                    N_active_opt=math.exp(float(np.interp(xs, x, logs_act))),
                                    best_measured=rows[int(np.argmin(y))]['n_embd'])
     result['delta_opt'] = fits['xmod'][1] - fits['dense'][1]
+    # Delta measured, no parabola in between, paired by seed (a seed's runs share its data order): at each width both
+    # arms ran, and between each arm's best measured size
+    pair = lambda nx, nd: t_interval([grid['xmod'][nx][s]['loss'][metric] - grid['dense'][nd][s]['loss'][metric]
+                                      for s in seeds])
+    result['delta_by_width'] = [dict(n_embd=n, delta=pair(n, n)) for n in sorted(set(grid['dense']) & set(grid['xmod']))]
+    bx, bd = result['arms']['xmod']['best_measured'], result['arms']['dense']['best_measured']
+    result['delta_best_measured'] = dict(xmod=bx, dense=bd, delta=pair(bx, bd))
     # the bootstrap: seeds drawn with replacement, the same draw for both arms (a seed's runs go together)
     rng, boot = np.random.default_rng(seed), {'dense': [], 'xmod': [], 'delta': []}
     for _ in range(n_boot if len(seeds) > 1 else 0):
@@ -177,6 +184,10 @@ def to_markdown(result, command):
     d = result['delta_opt']
     lines += ['', f"Delta at the optima, L*(X-MoD) - L*(dense): {d:+.4f}{ci(result['delta_opt_ci'], '+.4f')} "
               '(above 0: the best X-MoD is behind the best dense model).']
+    b = result['delta_best_measured']
+    lines += [f"Delta between the best measured sizes (X-MoD width {b['xmod']}, dense width {b['dense']}), paired by "
+              f"seed: {fmt_t(b['delta'])}. At each width, X-MoD - dense, paired by seed: "
+              + '; '.join(f"{r['n_embd']}: {fmt_t(r['delta'])}" for r in result['delta_by_width']) + '.']
     open_ = [ARM_NAMES[arm] for arm, a in result['arms'].items() if a['where'] != 'inside']
     if open_:
         lines.append(f"The optimum of {' and '.join(open_)} is not inside the sizes measured: its N* and L* are the "

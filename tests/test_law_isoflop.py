@@ -53,6 +53,24 @@ def test_isoflop_finds_each_arms_optimum_and_delta_at_the_optima(tmp_path, capsy
     assert 'Delta at the optima' in md and '95% t(2)' in md and (tmp_path / 'out' / 'isoflop.png').stat().st_size
 
 
+def test_isoflop_reports_delta_measured_paired_by_seed(tmp_path, capsys):
+    """Beside the parabolas, Delta as measured: X-MoD - dense at each width and between each arm's best measured
+    size, paired by seed (the seed noise both arms share cancels), with its t interval on n - 1 df."""
+    root = iso_sweep(tmp_path / 'runs', 12 * 4 * 96 ** 2, 3 * 12 * 4 * 64 ** 2, noise=0.02)
+    assert fit_law.main(['--isoflop', root, '--out', str(tmp_path / 'out'), '--bootstrap', '0']) == 0
+    res = json.load(open(tmp_path / 'out' / 'isoflop.json'))
+    b = res['delta_best_measured']
+    assert (b['dense'], b['xmod']) == (96, 64)
+    runs = {(arm, s): json.load(open(tmp_path / 'runs' / f'{arm}_d{w}_s{s}' / 'run.json'))
+            for arm, w in (('dense', 96), ('xmod', 64)) for s in (0, 1, 2)}
+    ds = [runs['xmod', s]['final']['val_loss_causal'] - runs['dense', s]['final']['val_loss_causal'] for s in (0, 1, 2)]
+    assert b['delta']['mean'] == pytest.approx(np.mean(ds)) and b['delta']['df'] == 2
+    assert b['delta']['se'] < 0.002             # paired: the shared seed noise (0.02) is gone
+    assert [r['n_embd'] for r in res['delta_by_width']] == [64, 96, 128, 192, 256]
+    md = (tmp_path / 'out' / 'isoflop.md').read_text()
+    assert 'between the best measured sizes (X-MoD width 64, dense width 96)' in md
+
+
 def test_an_optimum_beyond_the_sizes_is_open(tmp_path, capsys):
     """X-MoD's optimum far above the largest size: clipped to the edge, said to be open, Delta called a bound."""
     root = iso_sweep(tmp_path / 'runs', 12 * 4 * 128 ** 2, 3 * 12 * 4 * 2000 ** 2)
