@@ -123,7 +123,14 @@ def analyse(runs, metric, n_boot, seed):
     # arms ran, and between each arm's best measured size
     pair = lambda nx, nd: t_interval([grid['xmod'][nx][s]['loss'][metric] - grid['dense'][nd][s]['loss'][metric]
                                       for s in seeds])
-    result['delta_by_width'] = [dict(n_embd=n, delta=pair(n, n)) for n in sorted(set(grid['dense']) & set(grid['xmod']))]
+    widths = sorted(set(grid['dense']) & set(grid['xmod']))
+    result['delta_by_width'] = [dict(n_embd=n, delta=pair(n, n)) for n in widths]
+    # does Delta move with the data ratio across the widths? a slope per seed against log(tokens per active N),
+    # then a t interval over the seeds (a seed is one draw of every width)
+    q = [math.log(grid['dense'][n][seeds[0]]['tokens'] / grid['dense'][n][seeds[0]]['params_active']) for n in widths]
+    slopes = [float(np.polyfit(q, [grid['xmod'][n][s]['loss'][metric] - grid['dense'][n][s]['loss'][metric]
+                                   for n in widths], 1)[0]) for s in seeds] if len(widths) > 1 else []
+    result['delta_slope_log_q'] = t_interval(slopes) if slopes else None
     bx, bd = result['arms']['xmod']['best_measured'], result['arms']['dense']['best_measured']
     result['delta_best_measured'] = dict(xmod=bx, dense=bd, delta=pair(bx, bd))
     # the bootstrap: seeds drawn with replacement, the same draw for both arms (a seed's runs go together)
@@ -188,6 +195,10 @@ def to_markdown(result, command):
     lines += [f"Delta between the best measured sizes (X-MoD width {b['xmod']}, dense width {b['dense']}), paired by "
               f"seed: {fmt_t(b['delta'])}. At each width, X-MoD - dense, paired by seed: "
               + '; '.join(f"{r['n_embd']}: {fmt_t(r['delta'])}" for r in result['delta_by_width']) + '.']
+    if result['delta_slope_log_q']:
+        lines.append("Across the widths, Delta's slope per e-fold of tokens per active parameter (dense's), one "
+                     f"least-squares slope per seed: {fmt_t(result['delta_slope_log_q'])} (below 0: X-MoD gains on "
+                     'dense as the data per parameter grows).')
     open_ = [ARM_NAMES[arm] for arm, a in result['arms'].items() if a['where'] != 'inside']
     if open_:
         lines.append(f"The optimum of {' and '.join(open_)} is not inside the sizes measured: its N* and L* are the "

@@ -69,6 +69,9 @@ def test_isoflop_reports_delta_measured_paired_by_seed(tmp_path, capsys):
     assert [r['n_embd'] for r in res['delta_by_width']] == [64, 96, 128, 192, 256]
     md = (tmp_path / 'out' / 'isoflop.md').read_text()
     assert 'between the best measured sizes (X-MoD width 64, dense width 96)' in md
+    # the synthetic arms: X-MoD's optimum is at a smaller width, so Delta falls as tokens per parameter grow
+    assert res['delta_slope_log_q']['hi'] < 0 and res['delta_slope_log_q']['df'] == 2
+    assert "Delta's slope per e-fold of tokens per active parameter" in md
 
 
 def test_an_optimum_beyond_the_sizes_is_open(tmp_path, capsys):
