@@ -119,3 +119,24 @@ def test_version_is_the_changelogs_newest():
         newest = re.search(r'^## (\d+\.\d+\.\d+)', f.read(), re.M).group(1)
     assert re.fullmatch(r'\d+\.\d+\.\d+(\.dev\d+)?', xmod.__version__)
     assert xmod.__version__.split('.dev')[0] == newest
+
+
+REDIRECT = re.compile(r'^\s*(?:python|bash|torchrun)\b[^#\n]*?>\s*([\w./-]+)/[\w.-]+', re.M)
+
+
+def test_a_documented_redirect_writes_into_a_folder_that_exists_by_then():
+    """A shell's `> DIR/FILE` fails when DIR does not exist, so every documented command that redirects into a
+    folder has it committed on a fresh clone, or a `mkdir -p DIR` before it on the page (the cluster recipe's first
+    line once failed for want of my_results/)."""
+    pages = PAGES + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, 'tutorial', '*.md')))
+    seen = 0
+    for page in pages:
+        text = read(page)
+        for m in REDIRECT.finditer(text):
+            folder = m.group(1)
+            made = re.search(rf'mkdir -p +{re.escape(folder)}\b', text[:m.start()])
+            tracked = subprocess.run(['git', 'ls-files', '--error-unmatch', folder], cwd=ROOT,
+                                     capture_output=True).returncode == 0
+            assert made or tracked, f"{page}: {m.group(0).strip()!r} writes into {folder}/, which nothing creates"
+            seen += 1
+    assert seen >= 2            # the cluster recipe's and the tokens table's
