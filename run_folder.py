@@ -185,14 +185,15 @@ def model_config(cfg, vocab_size):
     # the family's defaults (None) are resolved once the family is known: after FLOP matching, which works on the
     # dense partner (a dense model's defaults)
     family = {f.name: args.pop(f.name) for f in dataclasses.fields(xmod.GPTConfig) if f.default is None}
+    capacity = family.pop('capacity')         # None: 0.125, or FLOP matching's target when n_layer is 0
     try:
         if cfg.model in ('mod', 'xmod') and cfg.match_flops:
             dense = xmod.GPTConfig(model='dense', n_layer=cfg.dense_layers, vocab_size=vocab_size, **args)
             mcfg = dataclasses.replace(xmod.match_flops(dense, cfg.model, stride=cfg.stride,
-                                                        n_layer=cfg.n_layer or None, capacity=cfg.capacity), **family)
+                                                        n_layer=cfg.n_layer or None, capacity=capacity), **family)
         else:
             mcfg = xmod.GPTConfig(model=cfg.model, n_layer=cfg.n_layer or cfg.dense_layers, vocab_size=vocab_size,
-                                  **args, **family)
+                                  capacity=capacity, **args, **family)
     except ValueError as e:
         raise UserError(one_line(e)) from None
     routes_all = ('routed' in xmod.layer_kinds(mcfg) and

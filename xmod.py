@@ -72,7 +72,8 @@ class GPTConfig:
     # sparse depth (mod, xmod)
     stride: Optional[int] = None    # layer l is a dense anchor when l % stride == 0; None = family
                                     # default (mod 2, MoD's alternation, its only stride; the rest 4)
-    capacity: float = 0.125         # fraction c of each sequence's tokens a routed layer processes
+    capacity: Optional[float] = None  # fraction c of each sequence's tokens a routed layer processes;
+                                      # None = 0.125 (MoD's), or what match_flops solves
     gate: Optional[str] = None      # 'variance' (X-MoD) | 'plain' (MoD's) | 'calibrated'
                                     # (variance, sigmoid centred on the threshold); None = family default
     depth_balance: Optional[float] = None  # depth-balance loss coefficient; None = family default
@@ -106,6 +107,8 @@ class GPTConfig:
             bad('n_embd', f'a multiple of n_head={self.n_head}')
         if (self.n_embd // self.n_head) % 2 != 0:
             bad('n_head', f'a divisor of n_embd={self.n_embd} leaving an even head size (RoPE rotates pairs)')
+        if self.capacity is None:
+            self.capacity = 0.125
         if not 0.0 < self.capacity <= 1.0:
             bad('capacity', 'a number in (0, 1]')
         if int(self.capacity * self.block_size + 0.5) == 0:
@@ -1058,15 +1061,20 @@ def flops_per_token(config, T=None, batch_size=1):
 
 def match_flops(dense, model, stride=None, n_layer=None, capacity=None, tol=0.02, max_layers=None):
     """Return a mod/xmod config whose forward FLOPs per token at dense.block_size are within tol of
-    the dense config's. With n_layer given, solve the capacity (an integer k of block_size tokens);
-    without it, try every total depth and keep the one whose solved capacity is closest (in ratio)
-    to `capacity` (default dense.capacity, i.e. 0.125). stride: None, the family's default (mod 2,
-    xmod 4). X-MoD with stride 1 has no routed layer: it is the dense model itself. Raises ValueError when nothing lands within tol. (The MoE is matched
+    the dense config's. With n_layer given, solve the capacity (an integer k of block_size tokens;
+    a capacity given too is a ValueError); without it, try every total depth and keep the one whose
+    solved capacity is closest (in ratio) to `capacity` (default dense.capacity, i.e. 0.125).
+    stride: None, the family's default (mod 2, xmod 4). X-MoD with stride 1 has no routed layer: it
+    is the dense model itself. Raises ValueError when nothing lands within tol. (The MoE is matched
     on active parameters instead, by its expert_hidden default.)"""
     if dense.model != 'dense':
         raise ValueError(f"match_flops needs a dense config, got model={dense.model!r}")
     if model not in ('mod', 'xmod'):
         raise ValueError(f"match_flops: model={model!r} is invalid: allowed mod | xmod")
+    if n_layer is not None and capacity is not None:     # it would be ignored: say so
+        raise ValueError(f"match_flops: n_layer={n_layer} fixes the depth, so the capacity is solved, and "
+                         f"capacity={capacity} would be ignored: give one of them (train.py: --n_layer=0 "
+                         f"searches the depth nearest that capacity; --match_flops=False takes both)")
     T = dense.block_size
     target = flops_per_token(dense)
     capacity = capacity if capacity is not None else dense.capacity
