@@ -549,13 +549,13 @@ def test_bad_arguments_subprocess(runs):
     assert snapshot(runs['xmod']) == before
 
 
-
 def test_a_capacity_that_would_be_ignored_is_refused(corpus, tmp_path, bad_train):
-    """--capacity with --n_layer set: FLOP matching solves the capacity, so the given one would be ignored. One line,
-    exit 2, nothing written; with --match_flops=False or --n_layer=0 the capacity is taken."""
+    """--capacity with --n_layer set: FLOP matching solves the capacity, so the given one would be ignored. One line
+    that names the two ways to give a capacity (--n_layer=0, --match_flops=False), exit 2, nothing written."""
     bad_train([f'--data_dir={corpus}', '--model=xmod', '--n_layer=8', '--capacity=0.3'],
               'capacity=0.3 would be ignored', '--n_layer=0', '--match_flops=False', folders=[str(tmp_path)])
     assert not os.path.exists(tmp_path / 'fresh')
+
 
 def test_missing_dataset(tmp_path, bad_train):
     bad_train(['--dataset=no_such_dataset'], 'no_such_dataset', 'prepare')

@@ -538,7 +538,6 @@ def test_stride_is_a_family_default_and_mod_refuses_another():
     assert match_flops(GPTConfig(), 'mod').stride == 2 and match_flops(GPTConfig(stride=2), 'xmod').stride == 4
 
 
-
 def test_a_capacity_that_would_be_ignored_is_refused():
     """capacity=None is 0.125. With n_layer given, match_flops solves the capacity, so a capacity given too would
     be ignored: refused, naming the two ways that take it (train.py builds its sparse models through match_flops)."""
@@ -548,6 +547,7 @@ def test_a_capacity_that_would_be_ignored_is_refused():
     assert match_flops(dense, 'xmod', stride=4, capacity=0.25).capacity != 0.125  # the depth searched near 0.25
     with pytest.raises(ValueError, match=r"n_layer=8 fixes the depth.*capacity=0.3 would be ignored.*--n_layer=0"):
         match_flops(dense, 'xmod', stride=4, n_layer=8, capacity=0.3)
+
 
 def test_usage_model_zoo_is_what_python_xmod_prints():
     """docs/usage.md's model zoo table is the output of `python xmod.py`, row for row (the same default X-MoD as the
