@@ -764,6 +764,10 @@ def train(argv, locks):
     if master:
         info.update(finished=True, final=last_eval)
         run_folder.write_json(run_path, info)
+        if cfg.cuda_graphs:       # a graph inductor cannot capture runs uncaptured, and it says so only in logs
+            skips = torch._dynamo.utils.counters['inductor']['cudagraph_skips']
+            print(f"cuda_graphs: {skips} compiled graph(s) left out of CUDA graphs"
+                  + (" (why: rerun with TORCH_LOGS=cudagraphs)" if skips else ""))
         print(f"done: {n_iters:,} iters, {time.time() - t0:.0f}s; val_loss "
               f"{last_eval['val_loss']:.4f}, val_loss_causal {last_eval['val_loss_causal']:.4f}; "
               f"sample with: python sample.py --out_dir={cfg.out_dir}; its curves: python tools/plot_run.py {cfg.out_dir}")

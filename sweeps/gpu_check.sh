@@ -21,7 +21,7 @@
 #                           and Python.h for Triton, the test packages, the data: each missing thing on a line.
 #                           Without a compiler, Triton or Python.h the compiled steps run eager; without data, the
 #                           steps that train are skipped
-#   phase A, at once (150 s at the limits, the compile its long pole):
+#   phase A, at once (150 s at the limits, the two compiled runs its long poles):
 #     precision 75 s  [59 of 60; pytest 51] the tests marked `device` (pytest -m device) on cuda: bf16 and fp16
 #                           autocast for every family and impl, float32 routers, naive == fast, one graph under
 #                           compile, 2-process DDP (skipped below 2 GPUs)
@@ -30,6 +30,10 @@
 #                           the training graph compiles first, the top-k and causal evaluation graphs at step 50; its
 #                           step-100 row times steps 50-100 after every compile; TORCH_LOGS=recompiles says in
 #                           compile.txt what compiled again and why (the summary counts them)
+#     graphs   150 s  [never run] the same run with --cuda_graphs=True (the training step replayed from CUDA
+#                           graphs), at once with compile, so both share phase A alike: the summary sets their
+#                           step-100 rows' tokens/s side by side, and train.py's count of the graphs inductor left
+#                           out of CUDA graphs. Skipped without Triton's toolchain; eager, without graphs, in smoke
 #     xmod      90 s  [not run eager before; ddp's 20 eager steps took 4 s] the same X-MoD eager, 500 steps,
 #                           evaluated every 250: the checkpoint the next two read; then, if it finished, at once:
 #       sample  45 s  [35, killed, on a step-0 checkpoint] sample.py with the KV cache; greedy cached == uncached
@@ -44,10 +48,11 @@
 #                           decode at batch 1
 #   bench_768  140 s  [20, nothing] a d=768 12-layer dense model and its 36-layer X-MoD, T=1024, train phase, eager
 #                           (MFU) then compiled (fullgraph, cold: 75-140 s): only when the deadline leaves it 60 s
-# Arithmetic against 225 s: preflight 5 + phase A 150 (the compile at its limit; the chains xmod -> sample and
-# dense -> ddp -> per_gpu take 90 + 45 = 135 and 120 s at their limits, 80-100 expected) + bench 55 = 210 s; at every
-# limit 30 + 150 + 55 = 235 s, and the deadline takes the last 10 s from bench. bench_768 is skipped at 240 s:
-# GPU_CHECK_BUDGET=420 (seconds) gives it its time.
+# Arithmetic against 225 s: preflight 5 + phase A 150 (compile and graphs at their limit; the chains xmod -> sample
+# and dense -> ddp -> per_gpu take 90 + 45 = 135 and 120 s at their limits, 80-100 expected) + bench 55 = 210 s; at
+# every limit 30 + 150 + 55 = 235 s, and the deadline takes the last 10 s from bench. bench_768 is skipped at 240 s:
+# GPU_CHECK_BUDGET=420 (seconds) gives it its time. graphs adds a second compile beside the first, so it adds CPU
+# load to phase A (16 cores on the H200 machine) but no time to the arithmetic.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-results/gpu_check}
@@ -61,12 +66,12 @@ SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 rm -f "$OUT/gpu_check.tar.gz"
 DATA=data/shakespeare
-ORDER="preflight precision compile xmod sample downstream dense ddp per_gpu bench bench_768"
+ORDER="preflight precision compile graphs xmod sample downstream dense ddp per_gpu bench bench_768"
 
 if [ "${GPU_CHECK_SMOKE:-0}" = 1 ]; then        # CPU, toy sizes: checks the script itself, not a GPU
     DEV=cpu; TRAIN_ARGS="--device=cpu --dtype=bfloat16 --n_embd=32 --n_head=2 --block_size=32 --batch_size=4
         --max_iters=6 --eval_interval=3 --eval_tokens=512 --warmup_iters=2 ${SMOKE_DATA:-}"
-    COMPILE=False; TESTS="-m device -k test_float32_router_is_unchanged"; export OMP_NUM_THREADS=1
+    COMPILE=False; GRAPHS=False; TESTS="-m device -k test_float32_router_is_unchanged"; export OMP_NUM_THREADS=1
     BENCH="--device=cpu --dtype=bfloat16 --contexts=40 --n_embd=32 --n_head=2 --steps=1 --rounds=1 --prompt=8
         --new_tokens=8 --extras=False --phases=train,decode_b1"
     BENCH_768="$BENCH --phases=train"; NEW_TOKENS=40; DDP_ITERS=2; NPROC_DEV=cpu; COMPILE_ITERS=""
@@ -76,7 +81,8 @@ if [ "${GPU_CHECK_SMOKE:-0}" = 1 ]; then        # CPU, toy sizes: checks the scr
     SHARE_RUNS="dict(data_dir='$SMOKE_DIR', device='cpu', compile=False, n_embd=32, n_head=2, block_size=32, batch_size=4,
         eval_interval=3, eval_tokens=512, warmup_iters=2, dtype='bfloat16')"; SHARE_TOKENS=768
 else
-    DEV=cuda; TRAIN_ARGS="--max_iters=500 --eval_interval=250 --log_interval=50"; COMPILE=True; TESTS="-m device"
+    DEV=cuda; TRAIN_ARGS="--max_iters=500 --eval_interval=250 --log_interval=50"; COMPILE=True; GRAPHS=True
+    TESTS="-m device"
     BENCH="--device=cuda --dtype=bfloat16 --contexts=1024 --rounds=2 --extras=False
         --phases=train,eval_causal,decode_b1"
     BENCH_768="--device=cuda --dtype=bfloat16 --contexts=1024 --rounds=2 --extras=False --n_embd=768 --n_head=12
@@ -198,12 +204,20 @@ finished() {   # finished RUN_DIR: its run.json says the run finished (not a che
 step precision 75 ' passed| failed| error' env XMOD_TEST_DEVICE=$DEV "$PY" -m pytest -q tests $TESTS \
     -p no:cacheprovider &
 if [ "${NODATA:-0}" != 0 ]; then
-    for s in compile xmod dense ddp per_gpu sample downstream; do skip $s "no data"; done
+    for s in compile graphs xmod dense ddp per_gpu sample downstream; do skip $s "no data"; done
 else
     {   # TORCH_LOGS=recompiles: each graph compiled again, and the guard that failed, in compile.txt
         TORCH_LOGS=recompiles train xmod "$COMPILE" 150 compile $COMPILE_ITERS
         echo "    recompiles logged: $(grep -c 'Recompiling function' "$W/compile.txt")" >> "$W/sum/compile"
     } &
+    if [ "$GRAPHS" = True ] && [ "$COMPILE" = False ]; then
+        skip graphs "no toolchain for Triton: --cuda_graphs=True needs --compile=True"
+    else
+        {   # train.py's "cuda_graphs:" line counts the graphs inductor did not capture
+            train xmod "$COMPILE" 150 graphs $COMPILE_ITERS --cuda_graphs=$GRAPHS
+            grep -s '^cuda_graphs: ' "$W/graphs.txt" | sed 's/^/    /' >> "$W/sum/graphs"
+        } &
+    fi
     {
         train xmod False 90
         if ! finished "$W/run_xmod"; then
@@ -232,6 +246,18 @@ else
     } &
 fi
 wait
+if [ -f "$W/sum/graphs" ]; then   # the two compiled runs' last training rows (steps 50-100 on the GPU), side by side
+    "$PY" - "$W/run_compile/log.csv" "$W/run_graphs/log.csv" >> "$W/sum/graphs" 2>&1 <<'PYEOF'
+import csv, os, sys
+speed = {}
+for name, path in zip(('compile', 'graphs'), sys.argv[1:]):
+    rows = [r for r in csv.DictReader(open(path)) if r['tokens_per_s']] if os.path.isfile(path) else []
+    speed[name] = (rows[-1]['step'], float(rows[-1]['tokens_per_s'])) if rows else None
+said = [f"{n} {s[1]:,.0f} (step {s[0]})" if s else f"{n} - (no training row)" for n, s in speed.items()]
+ratio = f", graphs/compile {speed['graphs'][1] / speed['compile'][1]:.2f}" if all(speed.values()) else ''
+print(f"    tokens/s of the last training row, both beside phase A: {', '.join(said)}{ratio}")
+PYEOF
+fi
 collect
 
 # the timed benchmarks, alone on the GPU; bench_768 last, only when the deadline leaves it a minute

@@ -8,7 +8,7 @@ import tarfile
 
 from conftest import ENV, ROOT, run
 
-STEPS = ['preflight', 'precision', 'compile', 'xmod', 'sample', 'downstream', 'dense', 'ddp', 'per_gpu', 'bench',
+STEPS = ['preflight', 'precision', 'compile', 'graphs', 'xmod', 'sample', 'downstream', 'dense', 'ddp', 'per_gpu', 'bench',
          'bench_768']
 
 
@@ -37,12 +37,14 @@ def test_gpu_check_script_runs_its_steps(corpus, tmp_path):
     assert len(figures) == len(STEPS) and 'figure: none' not in figures, summary
     assert figures[0] == 'figure: preflight: 0 missing', summary
     assert len([line for line in summary.splitlines() if line.startswith('    row: xmod eager')]) == 3, summary
+    speeds = [line for line in summary.splitlines() if 'tokens/s of the last training row' in line]
+    assert len(speeds) == 1 and 'no training row' not in speeds[0] and 'graphs/compile' in speeds[0], summary
     assert sorted(os.listdir(out)) == ['gpu_check.tar.gz', 'summary.txt']
     with tarfile.open(out / 'gpu_check.tar.gz') as tar:
         names = {n.removeprefix('./') for n in tar.getnames()}
         sample = tar.extractfile('./sample.txt').read().decode()
         xmod_log = tar.extractfile('./run_xmod/log.csv').read().decode().splitlines()
-    for name in ('run_xmod/log.csv', 'run_compile/log.csv', 'run_dense/log.csv', 'run_xmod/run.json', 'bench.json',
+    for name in ('run_xmod/log.csv', 'run_compile/log.csv', 'run_graphs/log.csv', 'run_dense/log.csv', 'run_xmod/run.json', 'bench.json',
                  'bench_768.json',
                  'run_xmod/downstream.json', *[f'{step}.txt' for step in STEPS]):
         assert name in names, name
