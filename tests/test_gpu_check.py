@@ -8,8 +8,8 @@ import tarfile
 
 from conftest import ENV, ROOT, run
 
-STEPS = ['preflight', 'precision', 'compile', 'graphs', 'xmod', 'sample', 'downstream', 'dense', 'ddp', 'per_gpu', 'bench',
-         'bench_768']
+STEPS = ['preflight', 'precision', 'compile', 'graphs', 'xmod', 'sample', 'downstream', 'dense', 'ddp', 'per_gpu',
+         'bench', 'bench_768']
 
 
 def gpu_check(corpus, tmp_path, timeout, **env):
@@ -44,9 +44,9 @@ def test_gpu_check_script_runs_its_steps(corpus, tmp_path):
         names = {n.removeprefix('./') for n in tar.getnames()}
         sample = tar.extractfile('./sample.txt').read().decode()
         xmod_log = tar.extractfile('./run_xmod/log.csv').read().decode().splitlines()
-    for name in ('run_xmod/log.csv', 'run_compile/log.csv', 'run_graphs/log.csv', 'run_dense/log.csv', 'run_xmod/run.json', 'bench.json',
-                 'bench_768.json',
-                 'run_xmod/downstream.json', *[f'{step}.txt' for step in STEPS]):
+    for name in ('run_xmod/log.csv', 'run_compile/log.csv', 'run_graphs/log.csv', 'run_dense/log.csv',
+                 'run_xmod/run.json', 'bench.json', 'bench_768.json', 'run_xmod/downstream.json',
+                 *[f'{step}.txt' for step in STEPS]):
         assert name in names, name
     assert [row.split(',')[0] for row in xmod_log[1:]] == ['0', '3', '6']     # a training row after the first
     assert 'greedy: cached == uncached' in sample
