@@ -3,7 +3,9 @@ repository's own code (it must pass), on the blank that `start` writes (it must 
 yet), and on typical mistakes written here as mutated copies of the function (it must fail with a hint naming the
 mistake). Then the command line: list, start, check's exit codes, check --all, bad input."""
 import ast
+import glob
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -259,11 +261,13 @@ def test_start_check_fails_on_the_blank_unchanged_on_the_reference_passes_on_own
     assert r.returncode == 0 and '  fail  ' not in r.stdout and '  pass  ' in r.stdout, r.stdout + r.stderr
 
 
-def test_the_reference_with_other_comments_layout_and_docstring_is_unchanged(tmp_path, capsys):
+def test_the_reference_with_other_comments_layout_docstring_and_names_is_unchanged(tmp_path, capsys):
     exercises.start('route_topk', str(tmp_path))
     body = '\n'.join(line.split('#')[0].rstrip() + '   # my own comment' for line in
                      textwrap.dedent(reference_body('route_topk')).splitlines() if line.strip())
-    write_copy(tmp_path, 'route_topk', body.replace(', k)', ',k )'))
+    body = 'pass\n' + re.sub(r'\b(taken|cut)\b', r'my_\1', body.replace(', k)', ',k )'))   # local names
+    assert 'my_taken' in body and 'my_cut' in body and 'topk_cut' in body
+    write_copy(tmp_path, 'route_topk', body)
     path = tmp_path / 'xmod.py'
     path.write_text(read(path).replace('Expert-choice top-k over each sequence', 'My docstring'), encoding='utf-8')
     capsys.readouterr()
@@ -415,8 +419,9 @@ def test_a_check_that_needs_another_function_names_it_and_passes(tmp_path, capsy
     the values names Attention.qkv in a note and forward_fast itself passes (exit 0)."""
     old, new = WHOLE_COPY_MUTATIONS[0][1:3]
     whole_copy(tmp_path, old, new)
-    path = tmp_path / 'xmod.py'                        # forward_fast the student's own: the same, one line apart
-    body = 'pass                                   # my version\n' + textwrap.dedent(reference_body('forward_fast'))
+    path = tmp_path / 'xmod.py'                        # forward_fast the student's own: the same, nested once
+    body = 'if True:                               # my version\n' + textwrap.indent(
+        textwrap.dedent(reference_body('forward_fast')), '    ')
     path.write_text(exercises.replace_body(read(path), 'RoutedBlock.forward_fast', body), encoding='utf-8')
     capsys.readouterr()
     assert exercises.main(['check', 'forward_fast', '--workdir', str(tmp_path)]) == 0
@@ -467,8 +472,6 @@ def test_an_exercise_is_named_by_the_function_it_blanks():
 def test_teachers_md_says_where_the_chapters_quote_each_exercise():
     """TEACHERS.md's table of the chapters that quote an exercise's function (the answer key beside the student):
     in full when every line of its body, comment lines aside, stands in one chapter's quotes, in part when some do."""
-    import glob
-    import re
     quotes = {}
     for md in sorted(glob.glob(os.path.join(ROOT, 'tutorial', '[0-9][0-9]_*.md'))):
         blocks = re.findall(r'^```python\n(.*?)^```', read(md), flags=re.S | re.M)

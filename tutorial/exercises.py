@@ -9,9 +9,9 @@ exercises.py: classroom exercises on this repository's own code, and their autog
 Exit status of check: 0 every check passes; 1 a check fails (a blank not written yet included); 2 bad input (one
 line on stderr); 4 not started (DIR has no copy of the exercise's file or no such function in it, or the function
 is the repository's and the exercise was never started in DIR); 5 unchanged from the reference (started, and the
-function is the repository's again, comments and layout aside). Neither 4 nor 5 runs the checks: the repository's
-own function would pass them. check --all exits 1 when an exercise or a whole-model check fails, else 5 when one
-is unchanged, else 4 when one is not started, else 0.
+function is the repository's again, comments, layout and the names of local variables aside). Neither 4 nor 5 runs
+the checks: the repository's own function would pass them. check --all exits 1 when an exercise or a whole-model
+check fails, else 5 when one is unchanged, else 4 when one is not started, else 0.
 
 An exercise is one function or method of xmod.py or fit_law.py. `start` copies the file into DIR (default
 tutorial/work/, git-ignored) under the same name and replaces that function's body with `raise NotImplementedError`
@@ -146,12 +146,31 @@ def has_docstring(node):
     return isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
 
 
+class Normalised(ast.NodeTransformer):
+    """A function's tree as `unchanged from the reference` compares it: no docstring, no `pass`, and each local
+    variable (a name the function assigns) renamed by the order it first appears in, so that renaming one does not
+    make the repository's code another. Comments and layout are not in a tree to begin with."""
+
+    def __init__(self, node):
+        self.local = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        self.names = {}
+
+    def visit_Name(self, n):
+        if n.id in self.local:
+            n.id = self.names.setdefault(n.id, f'_local{len(self.names)}')
+        return n
+
+    def visit_Pass(self, n):
+        return None
+
+
 def code_of(node):
-    """A function's syntax tree without its docstring, as text: two functions with the same code_of differ at most
-    in comments, layout and docstring (what `unchanged from the reference` means)."""
-    node = copy.copy(node)                              # shallow: only the body list is replaced
-    node.body = node.body[1:] if has_docstring(node) and len(node.body) > 1 else node.body
-    return ast.dump(node)
+    """The function `node` as text to compare: equal for two functions that differ only in comments, layout,
+    docstring, `pass` statements and the names of their local variables (Normalised)."""
+    node = copy.deepcopy(node)
+    if has_docstring(node) and len(node.body) > 1:
+        node.body = node.body[1:]
+    return ast.dump(Normalised(node).visit(node))
 
 
 def body_span(lines, node):
@@ -240,8 +259,8 @@ def record_start(name, workdir):
 def untouched(name, workdir):
     """(NOT_STARTED or UNCHANGED, why) when workdir holds no work of the student's on exercise `name`, else None (the
     copy's function is theirs to grade). The repository's own function passes every check, so one that still is the
-    repository's (code_of: comments, layout and docstring aside) is reported instead of graded: not started when
-    `start` never began the exercise in workdir, unchanged from the reference when it did."""
+    repository's (the same code_of) is reported instead of graded: not started when `start` never began the exercise
+    in workdir, unchanged from the reference when it did."""
     ex = EXERCISES[name]
     dest = os.path.join(workdir, ex.file)
     how = f"python tutorial/exercises.py start {name}{flag(workdir)}"
@@ -258,8 +277,9 @@ def untouched(name, workdir):
     if name not in started(workdir):
         return NOT_STARTED, (f"{ex.qualname} in {show(dest)} is the repository's and exercise {name} was never "
                              f"started in {show(workdir)} (begin with: {how})")
-    return UNCHANGED, (f"{ex.qualname} in {show(dest)} is the repository's own code (comments, layout and docstring "
-                       f"aside): it passes every check by construction, so the checks do not run")
+    return UNCHANGED, (f"{ex.qualname} in {show(dest)} is the repository's own code (comments, layout, docstring and "
+                       f"the names of local variables aside): it passes every check by construction, so the checks "
+                       f"do not run")
 
 
 def flag(workdir):
