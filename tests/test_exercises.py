@@ -3,7 +3,9 @@ repository's own code (it must pass), on the blank that `start` writes (it must 
 yet), and on typical mistakes written here as mutated copies of the function (it must fail with a hint naming the
 mistake). Then the command line: list, start, check's exit codes, check --all, bad input."""
 import ast
+import glob
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -236,27 +238,75 @@ def test_list_names_every_exercise_first():
     assert 'forward_fast  ' in r.stdout and 'xmod.py RoutedBlock.forward_fast: ' in r.stdout
 
 
-def test_start_check_fails_on_the_blank_and_passes_with_the_reference(tmp_path):
+# route_topk written otherwise than the repository writes it, and correct: the student's own work
+OWN_ROUTE_TOPK = """
+    cut, top = topk_cut(scores, k)
+    taken = torch.sort(top, dim=1).values
+    mask = torch.zeros_like(scores, dtype=torch.bool).scatter(1, taken, True)
+    return taken, mask, cut
+    """
+
+
+def test_start_check_fails_on_the_blank_unchanged_on_the_reference_passes_on_own_work(tmp_path):
     r = cli('start', 'route_topk', '--workdir', str(tmp_path))
     assert r.returncode == 0 and (tmp_path / 'xmod.py').exists(), r.stderr
     r = cli('check', 'route_topk', '--workdir', str(tmp_path))
     assert r.returncode == 1 and 'not done yet' in r.stdout and '  fail  ' in r.stdout, r.stdout + r.stderr
     write_copy(tmp_path, 'route_topk', reference_body('route_topk'))     # the student pastes the solution
     r = cli('check', 'route_topk', '--workdir', str(tmp_path))
+    assert r.returncode == exercises.EXIT_UNCHANGED == 5, r.stdout + r.stderr
+    assert r.stdout.startswith('route_topk: unchanged from the reference: ') and '  pass  ' not in r.stdout
+    write_copy(tmp_path, 'route_topk', OWN_ROUTE_TOPK)
+    r = cli('check', 'route_topk', '--workdir', str(tmp_path))
     assert r.returncode == 0 and '  fail  ' not in r.stdout and '  pass  ' in r.stdout, r.stdout + r.stderr
 
 
-def test_check_all_on_an_empty_workdir_passes(tmp_path):
+def test_the_reference_with_other_comments_layout_docstring_and_names_is_unchanged(tmp_path, capsys):
+    exercises.start('route_topk', str(tmp_path))
+    body = '\n'.join(line.split('#')[0].rstrip() + '   # my own comment' for line in
+                     textwrap.dedent(reference_body('route_topk')).splitlines() if line.strip())
+    body = 'pass\n' + re.sub(r'\b(taken|cut)\b', r'my_\1', body.replace(', k)', ',k )'))   # local names
+    assert 'my_taken' in body and 'my_cut' in body and 'topk_cut' in body
+    write_copy(tmp_path, 'route_topk', body)
+    path = tmp_path / 'xmod.py'
+    path.write_text(read(path).replace('Expert-choice top-k over each sequence', 'My docstring'), encoding='utf-8')
+    capsys.readouterr()
+    assert exercises.main(['check', 'route_topk', '--workdir', str(tmp_path)]) == exercises.EXIT_UNCHANGED
+    assert 'unchanged from the reference' in capsys.readouterr().out
+
+
+def test_check_says_not_started_without_a_copy_or_without_start(tmp_path, capsys):
+    """An exercise never started grades as not started (exit 4), not as a pass on the repository's function: DIR
+    without the file, the file without the function, the function as the repository has it and never started."""
+    capsys.readouterr()
+    assert exercises.main(['check', 'wls', '--workdir', str(tmp_path)]) == exercises.EXIT_NOT_STARTED == 4
+    assert capsys.readouterr().out.startswith(f'wls: not started: {tmp_path} has no fit_law.py (begin with: ')
+    exercises.start('route_topk', str(tmp_path))                       # xmod.py is there now, apply_rope untouched
+    capsys.readouterr()
+    assert exercises.main(['check', 'apply_rope', '--workdir', str(tmp_path)]) == exercises.EXIT_NOT_STARTED
+    out = capsys.readouterr().out
+    assert 'apply_rope: not started: ' in out and 'never started' in out and '  pass  ' not in out
+    path = tmp_path / 'xmod.py'
+    path.write_text(read(path).replace('def apply_rope(', 'def apply_rope_mine('), encoding='utf-8')
+    assert exercises.main(['check', 'apply_rope', '--workdir', str(tmp_path)]) == exercises.EXIT_NOT_STARTED
+    assert 'has no apply_rope (renamed or deleted?)' in capsys.readouterr().out
+    assert exercises.started(str(tmp_path)) == {'route_topk'}
+
+
+def test_check_all_on_an_empty_workdir_says_not_started(tmp_path):
     r = cli('check', '--all', '--workdir', str(tmp_path))
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert f'all {len(exercises.EXERCISES)} exercises pass' in r.stdout
+    assert r.returncode == exercises.EXIT_NOT_STARTED, r.stdout + r.stderr
+    assert f'{len(exercises.EXERCISES)} of {len(exercises.EXERCISES)} exercises not started: routed_k, ' in r.stdout
+    assert 'exercises pass' not in r.stdout and '  pass  ' not in r.stdout.split('\nwhole model')[0]
     assert f'whole model: all {len(graders.WHOLE_MODEL)} checks pass' in r.stdout
 
 
 def test_check_all_fails_on_one_blank_and_says_which(tmp_path, capsys):
     exercises.start('wls', str(tmp_path))
+    write_copy(tmp_path, 'route_topk', OWN_ROUTE_TOPK)                 # done by hand, without start: graded
     assert exercises.main(['check', '--all', '--workdir', str(tmp_path)]) == 1
-    assert '1 of 15 exercises fail: wls' in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert '1 of 15 exercises fail: wls\n1 of 15 exercises pass: route_topk\n13 of 15 exercises not started: ' in out
 
 
 @pytest.mark.parametrize('args,says', [
@@ -278,6 +328,7 @@ def test_help(capsys):
         exercises.main(['--help'])
     shown = capsys.readouterr().out
     assert e.value.code == 0 and 'check --all [--workdir DIR]' in shown
+    assert '; 4 not started (' in shown and '; 5 unchanged from the reference (' in shown
     assert "  --workdir=''" in shown and '  --all=False' in shown and 'tutorial/work/' in shown
 
 
@@ -335,13 +386,20 @@ def whole_copy(workdir, old=None, new=None):
         f.write(source)
 
 
-def test_check_all_passes_on_an_unmodified_whole_copy(tmp_path, capsys):
+def test_check_all_on_an_unmodified_whole_copy_passes_the_whole_model_and_grades_no_exercise(tmp_path, capsys):
+    """Its functions are the repository's: never started there, each xmod.py exercise is not started (exit 4, as the
+    fit_law.py ones, with no copy); started, each is unchanged from the reference (exit 5). The whole model passes."""
     whole_copy(tmp_path)
     rc, out = check_all(tmp_path, capsys)
-    assert rc == 0, out
-    assert 'all 15 exercises pass' in out and f'whole model: all {len(graders.WHOLE_MODEL)} checks pass' in out
-    assert '  fail  ' not in out and '  note  ' not in out
+    assert rc == exercises.EXIT_NOT_STARTED, out
+    assert '15 of 15 exercises not started' in out and f'whole model: all {len(graders.WHOLE_MODEL)} checks pass' in out
+    assert '  fail  ' not in out and '  note  ' not in out and '  pass  ' not in out.split('\nwhole model')[0]
     assert exercises.differing('xmod.py', str(tmp_path)) == []
+    (tmp_path / exercises.STARTED).write_text('\n'.join(exercises.EXERCISES) + '\n', encoding='utf-8')
+    rc, out = check_all(tmp_path, capsys)
+    assert rc == exercises.EXIT_UNCHANGED, out
+    xmod_exercises = [n for n, ex in exercises.EXERCISES.items() if ex.file == 'xmod.py']
+    assert f'{len(xmod_exercises)} of 15 exercises unchanged from the reference: ' + ', '.join(xmod_exercises) in out
 
 
 @pytest.mark.parametrize('what,old,new,function', WHOLE_COPY_MUTATIONS, ids=[m[0] for m in WHOLE_COPY_MUTATIONS])
@@ -349,7 +407,7 @@ def test_check_all_names_the_function_of_a_mistake_outside_the_exercises(what, o
     whole_copy(tmp_path, old, new)
     rc, out = check_all(tmp_path, capsys)
     assert rc == 1, out
-    assert 'all 15 exercises pass' in out                                # the exercises' own functions are right
+    assert '15 of 15 exercises not started' in out                      # the exercises' own functions are untouched
     whole = out.split('\nwhole model: ')[1]
     fails = [line for line in whole.splitlines() if line.startswith('  fail  ')]
     assert fails and all(f"your copy's {function} differs from the repository's" in line for line in fails), fails
@@ -361,6 +419,10 @@ def test_a_check_that_needs_another_function_names_it_and_passes(tmp_path, capsy
     the values names Attention.qkv in a note and forward_fast itself passes (exit 0)."""
     old, new = WHOLE_COPY_MUTATIONS[0][1:3]
     whole_copy(tmp_path, old, new)
+    path = tmp_path / 'xmod.py'                        # forward_fast the student's own: the same, nested once
+    body = 'if True:                               # my version\n' + textwrap.indent(
+        textwrap.dedent(reference_body('forward_fast')), '    ')
+    path.write_text(exercises.replace_body(read(path), 'RoutedBlock.forward_fast', body), encoding='utf-8')
     capsys.readouterr()
     assert exercises.main(['check', 'forward_fast', '--workdir', str(tmp_path)]) == 0
     out = capsys.readouterr().out
@@ -405,3 +467,22 @@ def test_an_exercise_is_named_by_the_function_it_blanks():
     assert exercises.exercise('routed_k') == 'routed_k'
     with pytest.raises(exercises.UserError, match="unknown exercise 'capacity_k'"):
         exercises.exercise('capacity_k')
+
+
+def test_teachers_md_says_where_the_chapters_quote_each_exercise():
+    """TEACHERS.md's table of the chapters that quote an exercise's function (the answer key beside the student):
+    in full when every line of its body, comment lines aside, stands in one chapter's quotes, in part when some do."""
+    quotes = {}
+    for md in sorted(glob.glob(os.path.join(ROOT, 'tutorial', '[0-9][0-9]_*.md'))):
+        blocks = re.findall(r'^```python\n(.*?)^```', read(md), flags=re.S | re.M)
+        quotes[int(os.path.basename(md)[:2])] = {line.strip() for b in blocks if '>>>' not in b
+                                                 for line in b.splitlines()}
+    teachers = read(os.path.join(ROOT, 'tutorial', 'TEACHERS.md'))
+    for name in exercises.EXERCISES:
+        body = [line.strip() for line in reference_body(name).splitlines()
+                if line.strip() and not line.strip().startswith('#')]
+        found = {chapter: sum(line in lines for line in body) for chapter, lines in quotes.items()}
+        chapter = max(found, key=lambda c: (found[c], -c))
+        said = ('not quoted' if found[chapter] == 0 else
+                f"chapter {chapter}, {'in full' if found[chapter] == len(body) else 'in part'}")
+        assert f"| `{name}` | {said} |" in teachers, (name, said)

@@ -65,3 +65,17 @@ def test_quotes_are_the_code_as_it_is(chapter):
     for line_no, lines in quotes(os.path.join(ROOT, 'tutorial', chapter)):
         assert any(found_in(lines, src) for src in sources.values()), \
             f"tutorial/{chapter}:{line_no}: this quote is not in the code as it is now:\n" + '\n'.join(lines)
+
+
+def test_the_run_folders_named_are_the_ones_train_py_writes():
+    """A run folder `out.../` that the tutorial, the docs or the README name is one train.py writes by default,
+    out-<model>/ (the Quickstart's run is out-xmod/: there is no out/)."""
+    import xmod
+    folders = {f'out-{model}' for model in xmod.MODELS}
+    docs = CHAPTERS + sorted(glob.glob(os.path.join(ROOT, 'docs', '*.md'))) + [os.path.join(ROOT, 'README.md')]
+    named = []
+    for path in docs:
+        with open(path, encoding='utf-8') as f:
+            text = f.read()
+        named += [(os.path.relpath(path, ROOT), m) for m in re.findall(r'(?<![\w./-])(out(?:-[\w-]+)?)/', text)]
+    assert named and [(path, folder) for path, folder in named if folder not in folders] == []

@@ -6,6 +6,13 @@ exercises.py: classroom exercises on this repository's own code, and their autog
     python tutorial/exercises.py check route_topk [--workdir DIR]     # grade your copy: pass or fail, per check
     python tutorial/exercises.py check --all [--workdir DIR]          # every exercise against DIR's copies
 
+Exit status of check: 0 every check passes; 1 a check fails (a blank not written yet included); 2 bad input (one
+line on stderr); 4 not started (DIR has no copy of the exercise's file or no such function in it, or the function
+is the repository's and the exercise was never started in DIR); 5 unchanged from the reference (started, and the
+function is the repository's again, comments, layout and the names of local variables aside). Neither 4 nor 5 runs
+the checks: the repository's own function would pass them. check --all exits 1 when an exercise or a whole-model
+check fails, else 5 when one is unchanged, else 4 when one is not started, else 0.
+
 An exercise is one function or method of xmod.py or fit_law.py. `start` copies the file into DIR (default
 tutorial/work/, git-ignored) under the same name and replaces that function's body with `raise NotImplementedError`
 and a hint; its docstring stays. The function is found by name with ast, so the repository's files carry no markers.
@@ -19,11 +26,14 @@ gradients. When a check fails because of another function of your copy (your Att
 a `note` line names that function and the exercise is not failed for it. `check --all` ends with whole-model checks:
 your GPT of every family against the repository's with the same weights, and a freshly initialised one against a
 fresh one of the repository's (tensor names and shapes, each tensor's mean and std, the scalars such as gains and
-thresholds); a failure names your function that causes it. Exit status 0 when every check passes, 1 when one fails, 2 on bad input (one line on stderr). Notes for teachers
-(the exercises' difficulty, time, expected output): tutorial/TEACHERS.md.
+thresholds); a failure names your function that causes it. `start` records each exercise it starts in
+DIR/exercises_started.txt, one name a line: that is how check tells an exercise never started from one whose work
+was undone. Notes for teachers (the exercises' difficulty, time, expected output, collecting results honestly):
+tutorial/TEACHERS.md.
 """
 import ast
 import contextlib
+import copy
 import difflib
 import functools
 import importlib.util
@@ -41,6 +51,12 @@ from configurator import UserError, configure, defaults_of, one_line, run_main  
 from graders import GRADERS, WHOLE_MODEL, Fail  # noqa: E402  (tutorial/ is on sys.path: this file's folder)
 
 WORKDIR = os.path.join(ROOT, 'tutorial', 'work')
+STARTED = 'exercises_started.txt'           # in a workdir: the exercises `start` began there, one name a line
+
+# check's exit status, beside 0 (every check passes) and 2 (bad input): an exercise nobody worked on is neither a pass
+# nor a fail, and a teacher collecting exit codes must tell it apart (3 is train.py's diverged loss: not reused)
+EXIT_FAIL, EXIT_NOT_STARTED, EXIT_UNCHANGED = 1, 4, 5
+NOT_STARTED, UNCHANGED = 'not started', 'unchanged from the reference'
 
 # ----------------------------------------------------------------------------------------------------------------------
 # The exercises, in teaching order: name -> the file, the function's qualified name, what it is, and the hint that
@@ -125,11 +141,43 @@ def find_def(tree, qualname):
     return node if isinstance(node, ast.FunctionDef) else None
 
 
+def has_docstring(node):
+    first = node.body[0]
+    return isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
+
+
+class Normalised(ast.NodeTransformer):
+    """A function's tree as `unchanged from the reference` compares it: no docstring, no `pass`, and each local
+    variable (a name the function assigns) renamed by the order it first appears in, so that renaming one does not
+    make the repository's code another. Comments and layout are not in a tree to begin with."""
+
+    def __init__(self, node):
+        self.local = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        self.names = {}
+
+    def visit_Name(self, n):
+        if n.id in self.local:
+            n.id = self.names.setdefault(n.id, f'_local{len(self.names)}')
+        return n
+
+    def visit_Pass(self, n):
+        return None
+
+
+def code_of(node):
+    """The function `node` as text to compare: equal for two functions that differ only in comments, layout,
+    docstring, `pass` statements and the names of their local variables (Normalised)."""
+    node = copy.deepcopy(node)
+    if has_docstring(node) and len(node.body) > 1:
+        node.body = node.body[1:]
+    return ast.dump(Normalised(node).visit(node))
+
+
 def body_span(lines, node):
     """(start, end, indent): the 0-based line range [start, end) of the function's body after its docstring."""
     first = node.body[0]
     indent = ' ' * first.col_offset
-    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+    if has_docstring(node):
         return first.end_lineno, node.end_lineno, indent
     start = first.lineno - 1
     while lines[start - 1].strip() == '' or lines[start - 1].lstrip().startswith('#'):
@@ -174,6 +222,7 @@ def start(name, workdir):
         raise UserError(f"{show(dest)} does not parse (line {e.lineno}: {e.msg}): fix it, then start {name}") from None
     if node is None:
         raise UserError(f"{show(dest)} has no {ex.qualname} (renamed or deleted?): restore it, then start {name}")
+    record_start(name, workdir)
     segment = ast.get_source_segment(source, node) or ''
     if f"NotImplementedError('exercise {name}:" in segment:
         print(f"{show(dest)} already exists and {ex.qualname} is blank in it (exercise {name} started): nothing "
@@ -190,9 +239,52 @@ def start(name, workdir):
         print(f"{show(dest)} already exists: blanked {ex.qualname} in it; the rest of your copy is kept as it was")
     else:
         print(f"wrote {show(dest)}: a copy of {ex.file} with the body of {ex.qualname} blanked")
-    print(f"write it there, then: python tutorial/exercises.py check {name}"
-          + (f" --workdir={show(workdir)}" if os.path.abspath(workdir) != WORKDIR else ''))
+    print(f"write it there, then: python tutorial/exercises.py check {name}{flag(workdir)}")
     return 0
+
+
+def started(workdir):
+    """The exercises `start` began in workdir (its exercises_started.txt), as a set of names."""
+    path = os.path.join(workdir, STARTED)
+    return set(read(path).split()) if os.path.isfile(path) else set()
+
+
+def record_start(name, workdir):
+    if name not in started(workdir):
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, STARTED), 'a', encoding='utf-8') as f:
+            f.write(name + '\n')
+
+
+def untouched(name, workdir):
+    """(NOT_STARTED or UNCHANGED, why) when workdir holds no work of the student's on exercise `name`, else None (the
+    copy's function is theirs to grade). The repository's own function passes every check, so one that still is the
+    repository's (the same code_of) is reported instead of graded: not started when `start` never began the exercise
+    in workdir, unchanged from the reference when it did."""
+    ex = EXERCISES[name]
+    dest = os.path.join(workdir, ex.file)
+    how = f"python tutorial/exercises.py start {name}{flag(workdir)}"
+    if not os.path.isfile(dest):
+        return NOT_STARTED, f"{show(workdir)} has no {ex.file} (begin with: {how})"
+    try:
+        node = find_def(ast.parse(read(dest)), ex.qualname)
+    except SyntaxError:
+        return None                                     # grading says that it does not load, and where
+    if node is None:
+        return NOT_STARTED, f"{show(dest)} has no {ex.qualname} (renamed or deleted?)"
+    if code_of(node) != code_of(find_def(ast.parse(read(os.path.join(ROOT, ex.file))), ex.qualname)):
+        return None
+    if name not in started(workdir):
+        return NOT_STARTED, (f"{ex.qualname} in {show(dest)} is the repository's and exercise {name} was never "
+                             f"started in {show(workdir)} (begin with: {how})")
+    return UNCHANGED, (f"{ex.qualname} in {show(dest)} is the repository's own code (comments, layout, docstring and "
+                       f"the names of local variables aside): it passes every check by construction, so the checks "
+                       f"do not run")
+
+
+def flag(workdir):
+    """The --workdir a printed command needs: none for the default."""
+    return f" --workdir={show(workdir)}" if os.path.abspath(workdir) != WORKDIR else ''
 
 
 def show(path):
@@ -492,8 +584,8 @@ def failure_of(check, module, ref):
 
 # (configurator.py): the command, then the exercise, are bare arguments; --key=value or --key value
 workdir = ''         # your copies (default '': tutorial/work/, git-ignored)
-all = False          # check: every exercise, against the copies in --workdir (a file missing there is the
-                     # repository's), then the whole-model checks
+all = False          # check: every exercise, against the copies in --workdir (one whose file is missing there is
+                     # not started), then the whole-model checks (on the repository's file where there is no copy)
 DEFAULTS = defaults_of(globals())
 COMMANDS = ('list', 'start', 'check')           # the docstring says what each does
 
@@ -543,17 +635,30 @@ def main(argv):
     if not os.path.isdir(workdir):
         raise UserError(f"--workdir {show(workdir)} does not exist: start an exercise first "
                         f"(python tutorial/exercises.py start NAME)")
-    failed = [n for n in names if any(hint is not None for _, hint in grade(n, workdir))]
+    outcome = {}                                        # name -> 'pass' | 'fail' | NOT_STARTED | UNCHANGED
+    for n in names:
+        skipped = untouched(n, workdir)
+        if skipped:
+            print(f"{n}: {skipped[0]}: {skipped[1]}")
+            outcome[n] = skipped[0]
+        else:
+            outcome[n] = 'fail' if any(hint is not None for _, hint in grade(n, workdir)) else 'pass'
+    by = {what: [n for n in names if outcome[n] == what] for what in ('pass', 'fail', UNCHANGED, NOT_STARTED)}
     if cfg.all:
-        print(f"all {len(names)} exercises pass" if not failed else
-              f"{len(failed)} of {len(names)} exercises fail: {', '.join(failed)}")
+        if len(by['pass']) == len(names):
+            print(f"all {len(names)} exercises pass")
+        for what in ('fail', 'pass', UNCHANGED, NOT_STARTED):
+            if by[what] and len(by['pass']) < len(names):
+                print(f"{len(by[what])} of {len(names)} exercises {what}: {', '.join(by[what])}")
         wrong = [what for what, hint in whole_model(workdir) if hint is not None]
         print(f"whole model: all {len(WHOLE_MODEL)} checks pass" if not wrong else
               f"whole model: {len(wrong)} of {len(WHOLE_MODEL)} checks fail")
-        failed += wrong
-    else:
-        print(f"{names[0]}: " + ('every check passes' if not failed else 'not yet: see the hints above'))
-    return 1 if failed else 0
+        by['fail'] += wrong
+    elif outcome[names[0]] in ('pass', 'fail'):
+        print(f"{names[0]}: " + ('every check passes' if outcome[names[0]] == 'pass' else
+                                 'not yet: see the hints above'))
+    return (EXIT_FAIL if by['fail'] else EXIT_UNCHANGED if by[UNCHANGED] else
+            EXIT_NOT_STARTED if by[NOT_STARTED] else 0)
 
 
 if __name__ == '__main__':
