@@ -1,5 +1,5 @@
 """
-law/isoflop.py: the comparison Mixture-of-Depths makes (fit_law.py --isoflop, sweeps/cpu_isoflop.py): at one
+law/isoflop.py: the comparison Mixture-of-Depths makes (fit_law.py --isoflop, sweeps/study/cpu_isoflop.py): at one
 training budget, each arm (dense, and X-MoD at stride 4) trained at several sizes, each on budget / its FLOPs per
 token; each arm's optimum is the vertex of a parabola in log N fitted to its seed-mean losses, and Delta at the
 optima = L*(X-MoD) - L*(dense). N is params_total (non-embedding, every routed block counted; run.json), the axis

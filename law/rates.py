@@ -1,6 +1,6 @@
 """
 law/rates.py: the peak learning rate per arm and width, and Delta at tuned and at shared rates, from the runs of a
-learning-rate sweep (sweeps/cpu_lr.py); fit_law.py --lr is its command line (--panel adds panel.md), and
+learning-rate sweep (sweeps/study/cpu_lr.py); fit_law.py --lr is its command line (--panel adds panel.md), and
 fit_law.py --tuned keeps the runs at their arm's best rate (tuned_runs).
 
 An arm is a family variant (dense, xmod, ...) at one stride and capacity, width, context, budget and learning-rate
@@ -59,7 +59,7 @@ def arms(runs, metric):
     return out
 
 
-CLOSE = 0.005     # rates this close in seed 0 are told apart by their seeds' mean (sweeps/cpu_lr.py, seed_rates)
+CLOSE = 0.005     # rates this close in seed 0 are told apart by their seeds' mean (sweeps/study/cpu_lr.py, seed_rates)
 
 
 def best_rate(by_lr):
@@ -98,7 +98,7 @@ def tuned_runs(runs, metric):
     return [r for r in runs if r['config']['learning_rate'] == best[arm_key(r)]]
 
 
-SCREEN_SEED = 0      # the seed the sweeps scan rates on (sweeps/cpu_lr.py)
+SCREEN_SEED = 0      # the seed the sweeps scan rates on (sweeps/study/cpu_lr.py)
 
 
 def paired_delta(sparse, dense, drop=()):

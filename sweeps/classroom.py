@@ -13,15 +13,14 @@ training tokens instead of 2M, chosen from the runs of cpu_small's `plan` by nam
     python fit_law.py my_results/classroom/runs --out my_results/classroom
 """
 import os
-import runpy
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))      # sweeps/: the runner and the shared recipe
+from recipe import common, plan  # noqa: E402,F401  (common: the settings sweep.py gives every run)
 
 name = 'classroom'
 jobs = 2
 M = 1_000_000
-
-cpu_small = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'cpu_small.py'))
-common = cpu_small['common']
 
 # solved capacities at width 64, T=128 (train.py prints them): s4 L12 0.141, s2 L5 0.563, s4 L6 0.563, s8 L11 0.273;
 # at T=256, s4 chooses 12 layers at 0.164
@@ -35,8 +34,8 @@ KEEP = {
     'dense_L4_d64_2M', 'xmod_s4_L12_D4_2M',                                   # twice the tokens
     *[f'dense_L4_d{d}_{b}M' for d in (32, 64, 96) for b in ('0.5', '1')],    # the dense law, with d64 at 2M
 }
-runs = [r for r in cpu_small['plan'](tokens_per_iter=2048, width=64, tokens=M, block_size=128, contexts=(256,),
-                                     widths=(32, 64, 96), budgets=(M // 2, M), context_points=1)
+runs = [r for r in plan(tokens_per_iter=2048, width=64, tokens=M, block_size=128, contexts=(256,),
+                        widths=(32, 64, 96), budgets=(M // 2, M), context_points=1)
         if r['name'] in KEEP]
 missing = KEEP - {r['name'] for r in runs}
 assert not missing, f"cpu_small's plan no longer makes {sorted(missing)}: update KEEP"

@@ -6,79 +6,17 @@ measured (the runs' elapsed_s summed), about 65 minutes on 2 CPU cores (2 runs a
 
 Every X-MoD point is FLOP-matched (within 2%) to a dense run of the same width, context and token budget whose depth
 is the X-MoD point's active-equivalent depth (train.py: dense_layers, then n_layer fixed and capacity solved). The
-capacities are the solved ones nearest to the grid's 0.125 / 0.25 / 0.5, not exactly those. `plan` builds the runs
-at any scale; sweeps/gpu_small.py calls it with bigger numbers."""
+capacities are the solved ones nearest to the grid's 0.125 / 0.25 / 0.5, not exactly those. `plan` (sweeps/recipe.py)
+builds the runs at any scale; sweeps/gpu_small.py calls it with bigger numbers, sweeps/classroom.py with smaller."""
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))      # sweeps/: the runner and the shared recipe
+from recipe import builders, common, plan  # noqa: E402,F401  (builders too: gpu_ladder.py reads it here)
 
 name = 'cpu_small'
 jobs = 2
 M = 1_000_000
-
-common = dict(dataset='shakespeare', n_head=4, learning_rate=2e-3, min_lr=2e-4, warmup_iters=50,
-              weight_decay=0.1, dropout=0.0, eval_tokens=32768, device='cpu', compile=False)
-
-
-def builders(tokens_per_iter, width, tokens, block_size):
-    """run(), dense() and xmod(): a train.py run's overrides and its name, at `tokens` training tokens, context
-    `block_size` and width `width` unless given. tokens_per_iter = batch_size * block_size at every context."""
-
-    def run(name, tokens=tokens, block_size=block_size, seed=0, **kw):
-        iters = tokens // tokens_per_iter
-        return dict(name=name if seed == 0 else f'{name}_seed{seed}', max_tokens=tokens, block_size=block_size,
-                    batch_size=tokens_per_iter // block_size, eval_interval=max(1, iters // 4), seed=seed,
-                    n_embd=kw.pop('n_embd', width), **kw)
-
-    def dense(n_layer, n_embd=width, tokens=tokens, **kw):
-        tag = f"{tokens / M:g}M" + (f"_T{kw['block_size']}" if 'block_size' in kw else '')
-        return run(f'dense_L{n_layer}_d{n_embd}_{tag}', tokens, model='dense', n_layer=n_layer, n_embd=n_embd, **kw)
-
-    def xmod(stride, n_layer, dense_layers, tokens=tokens, tag='', **kw):
-        """n_layer > 0: total depth fixed, capacity solved for the FLOP match; n_layer=0: depth chosen too."""
-        label = f"xmod_s{stride}_L{n_layer or 'auto'}_D{dense_layers}_{tokens / M:g}M{tag}"
-        return run(label, tokens, model='xmod', stride=stride, n_layer=n_layer, dense_layers=dense_layers, **kw)
-
-    return run, dense, xmod
-
-
-def plan(tokens_per_iter, width, tokens, block_size, contexts, widths, budgets, context_points):
-    """The study's runs: `tokens` training tokens per run at context `block_size` and width `width`;
-    `contexts` the other context lengths, for `context_points` grid points; the dense law over `widths` x
-    `budgets`; a pair at twice the tokens. tokens_per_iter = batch_size * block_size at every context."""
-    run, dense, xmod = builders(tokens_per_iter, width, tokens, block_size)
-    t = f'{tokens / M:g}M'
-    context_grid = [(4, 0.125), (8, 0.25)][:context_points]
-    return [
-        # first what answers the main question, so a partial sweep is already useful: the reference pair, its seeds
-        dense(4), xmod(4, 12, 4),
-        *[dense(4, seed=s) for s in (1, 2)], *[xmod(4, 12, 4, seed=s) for s in (1, 2)],
-        # ablations of X-MoD's two training devices, on the reference point
-        xmod(4, 12, 4, gate='plain', tag='_plaingate'),
-        xmod(4, 12, 4, depth_balance=0.0, tag='_nobalance'),
-        # MoD (alternating, plain gate, no balancing) at the capacity FLOP matching allows against 4 dense layers
-        run(f'mod_L6_D4_{t}', model='mod', n_layer=6, dense_layers=4),       # c ~0.37
-        # MoE at matched active parameters (8 experts, top-2, hidden 2*n_embd)
-        run(f'moe_L4_{t}', model='moe', n_layer=4),
-        # the X-MoD grid: stride {2, 4, 8} x capacity near {0.125, 0.25, 0.5}  (capacity solved at T=128 in comments)
-        xmod(2, 5, 4),        # c 0.531
-        xmod(4, 6, 4),        # c 0.531
-        xmod(8, 11, 3),       # c 0.125
-        xmod(8, 11, 4),       # c 0.250
-        xmod(8, 7, 4),        # c 0.531
-        xmod(4, 12, 5),       # c 0.250
-        dense(3), dense(5),                                                  # their other dense partners
-        # other context lengths (depth and capacity solved at each context)
-        *[xmod(s, 0, 4, capacity=c, block_size=T, tag=f'_T{T}') for s, c in context_grid for T in contexts],
-        *[dense(4, block_size=T) for T in contexts],
-        # the dense law: widths x budgets (the reference width at the reference budget is above)
-        *[dense(4, d, b) for d in widths for b in budgets if (d, b) != (width, tokens)],
-        xmod(2, 8, 5),        # c 0.281
-        # twice the tokens: held out by fit_law --holdout "tokens==max_tokens_all"
-        dense(4, width, 2 * tokens), xmod(4, 12, 4, tokens=2 * tokens),
-        # stride 2 at c~0.16 against 8 dense layers, with MoD in the same layout
-        dense(8), xmod(2, 14, 8),      # c 0.164 (stride 2 cannot get nearer 0.125 below 8 dense layers)
-        run(f'mod_L14_D8_{t}', model='mod', n_layer=14, dense_layers=8),     # c 0.164
-    ]
-
 
 # On this machine two 1-thread runs reach ~24k tokens/s together when nothing else runs. A second context point
 # (stride 8, c 0.25) is left to gpu_small.

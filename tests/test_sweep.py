@@ -224,12 +224,12 @@ def test_gpus_give_each_job_its_own_device(tmp_path, monkeypatch, capsys):
 
 
 def test_regime_sweep_files():
-    """The sweeps of the regimes (sweeps/cpu_code.py, cpu_context.py, cpu_tokens.py) as sweeps/sweep.py reads them: each
+    """The sweeps of the regimes (sweeps/study/cpu_code.py, cpu_context.py, cpu_tokens.py) as sweeps/sweep.py reads them: each
     lists every arm's seed-0 rate grid on its corpus, context and width (more runs once some finish: seeds, edges,
     pycode WSD runs, branches), names unique; the WSD runs go to 16M tokens and keep the steps where the 2, 4 and 8M
     cooldowns start (iteration 7812 of 2048 tokens is 16M; a cooldown is a budget's last 20%)."""
     import sweep
-    load = lambda name: sweep.load_sweep(os.path.join(ROOT, 'sweeps', f'{name}.py'))
+    load = lambda name: sweep.load_sweep(os.path.join(ROOT, 'sweeps', 'study', f'{name}.py'))
     code, context, tokens = load('cpu_code'), load('cpu_context'), load('cpu_tokens')
     grid = ('0.002', '0.004', '0.008')
     assert {f'{arm}_2M_pycode_lr{lr}' for arm in ('dense_L4_d128', 'xmod_s4_L12_D4') for lr in grid} <= {
@@ -251,15 +251,45 @@ def test_regime_sweep_files():
 
 
 
-@pytest.mark.parametrize('name', sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, 'sweeps', '*.py'))
-                                        if not p.endswith(('sweep.py', 'cpu_tokens_delta.py'))))
-def test_every_sweep_file_runs_itself(name, tmp_path):
+# every sweep file: what users run at sweeps/' top level, the study's in sweeps/study/ (not the runner, not the recipe)
+SWEEP_FILES = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, 'sweeps', '*.py'))
+                     + glob.glob(os.path.join(ROOT, 'sweeps', 'study', '*.py'))
+                     if os.path.basename(p) not in ('sweep.py', 'recipe.py'))
+
+
+@pytest.mark.parametrize('path', SWEEP_FILES)
+def test_every_sweep_file_runs_itself(path, tmp_path):
     """`python sweeps/NAME.py --dry_run` hands the file and its arguments to the runner, sweeps/sweep.py (a dry run
-    needs no data; --out keeps the committed results folder out of it); for one file, the same lines as the runner's."""
-    def dry(*script):
+    needs no data; --out keeps the committed results folder out of it), from any folder; for two files, one at each
+    level, the same lines as the runner's."""
+    def dry(*script, cwd=ROOT):
         return subprocess.run([sys.executable, *script, '--dry_run', f'--out={tmp_path}'], capture_output=True,
-                              text=True, cwd=ROOT, env=ENV, timeout=300)
-    own = dry(os.path.join('sweeps', f'{name}.py'))
+                              text=True, cwd=cwd, env=ENV, timeout=300)
+    own = dry(os.path.join(ROOT, path), cwd=tmp_path)
     assert own.returncode == 0 and 'FLOPs:' in own.stdout, own.stderr[-500:]
-    if name == 'classroom':
-        assert own.stdout == dry(os.path.join('sweeps', 'sweep.py'), os.path.join('sweeps', 'classroom.py')).stdout
+    if path in ('sweeps/classroom.py', 'sweeps/study/cpu_context.py'):
+        assert own.stdout == dry(os.path.join('sweeps', 'sweep.py'), path).stdout
+
+
+# issue 49's ladder still reads cpu_small.py's builders through runpy: `from recipe import builders` replaces it
+RUNPY_LEFT = {'sweeps/gpu_ladder.py'}
+
+
+@pytest.mark.parametrize('path', [p for p in SWEEP_FILES if p not in RUNPY_LEFT])
+def test_no_sweep_file_runs_another(path):
+    """A sweep file takes what it shares with others from sweeps/recipe.py (or a study from the study beside it) by
+    import: none runs another sweep file through runpy, which made the studies each other's libraries."""
+    with open(os.path.join(ROOT, path)) as f:
+        assert 'runpy' not in f.read()
+
+
+def test_the_sweeps_readme_names_every_sweep_file():
+    """sweeps/README.md says which sweep to run for what: every file at sweeps/' top level and every study is in it,
+    and at most 8 runnable files sit at the top level (what users run; the study's record is in study/)."""
+    with open(os.path.join(ROOT, 'sweeps', 'README.md')) as f:
+        readme = f.read()
+    top = [n for n in os.listdir(os.path.join(ROOT, 'sweeps')) if n.endswith(('.py', '.sh'))]
+    missing = [n for n in top + os.listdir(os.path.join(ROOT, 'sweeps', 'study')) if n.endswith(('.py', '.sh'))
+               and n not in readme]
+    assert not missing, missing
+    assert len([n for n in top if n != 'recipe.py']) <= 8, top

@@ -1,10 +1,10 @@
-"""cpu_context_shakespeare: sweeps/cpu_context.py's long context on Shakespeare (characters) instead of Python
+"""cpu_context_shakespeare: sweeps/study/cpu_context.py's long context on Shakespeare (characters) instead of Python
 source: dense (4 layers) against X-MoD stride 4 at width 128, 2M tokens, T = 512, each arm at its own tuned rate with
-3 seeds (the rule of sweeps/cpu_code.py, whose `arm` and `tuned` build the runs). Stride 5, which was worse on code,
+3 seeds (the rule of sweeps/study/cpu_code.py, whose `arm` and `tuned` build the runs). Stride 5, which was worse on code,
 is left out.
 
-    python sweeps/cpu_context_shakespeare.py
-    python sweeps/cpu_context_shakespeare.py         # the FLOP-matched layouts below
+    python sweeps/study/cpu_context_shakespeare.py
+    python sweeps/study/cpu_context_shakespeare.py         # the FLOP-matched layouts below
     python fit_law.py --lr results/cpu_context_shakespeare/runs --out results/cpu_context_shakespeare
 
 With Shakespeare's characters and batch 4 x 512:
@@ -19,26 +19,28 @@ known. Measured (from a worktree pinned at c1921c0): 11 runs (the X-MoD grid ext
 24.1 minutes with 2 at a time, about 4.4 minutes a one-thread run.
 """
 import os
-import runpy
 import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]     # the studies beside it; sweeps/: the runner, the recipe
+import cpu_code  # noqa: E402
+from recipe import ROOT  # noqa: E402
 
 name = 'cpu_context_shakespeare'
 jobs = 2
-HERE = os.path.dirname(os.path.abspath(__file__))
-RUNS = os.path.join(os.path.dirname(HERE), 'results', name, 'runs')
+RUNS = os.path.join(ROOT, 'results', name, 'runs')
 
-code = runpy.run_path(os.path.join(HERE, 'cpu_code.py'))
-common = code['common']
+common = cpu_code.common
 T = 512
 
 
 def arm(kind, lr, seed=0):
-    return code['arm'](kind, lr, seed, block_size=T, stride=4, corpus='shakespeare')
+    return cpu_code.arm(kind, lr, seed, block_size=T, stride=4, corpus='shakespeare')
 
 
-runs = code['tuned'](RUNS, arm, code['GRID'])
+runs = cpu_code.tuned(RUNS, arm, cpu_code.GRID)
 
 
-if __name__ == '__main__':          # python sweeps/cpu_context_shakespeare.py [--dry_run | --commands | --jobs=N | ...]
+if __name__ == '__main__':          # python sweeps/study/cpu_context_shakespeare.py [--dry_run | --commands | --jobs=N | ...]
     import sweep
     sys.exit(sweep.main([__file__] + sys.argv[1:]))

@@ -2,7 +2,7 @@
 unless said). 4.4e14 training FLOPs (sweeps/sweep.py --dry_run), 4.4 job-hours measured (elapsed_s summed): about 2.2 h on
 2 CPU cores (2 runs at a time); resumable like every sweep.
 
-    python sweeps/cpu_settle.py
+    python sweeps/study/cpu_settle.py
     python fit_law.py results/cpu_small/runs results/cpu_medium/runs results/cpu_settle/runs --out results/cpu_settle
 
 1. Statistical power. cpu_medium's 6 seeds per arm gave a seed std of the paired Delta of ~0.012 at T=128 and ~0.008
@@ -13,16 +13,16 @@ unless said). 4.4e14 training FLOPs (sweeps/sweep.py --dry_run), 4.4 job-hours m
    heavier router BCE (router_bce=1.0), a penalty on the routers' squared scores (router_zloss=0.01).
 """
 import os
-import runpy
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # sweeps/: the runner, the recipe
+from recipe import builders, common  # noqa: E402,F401  (common: the settings sweep.py gives every run)
 
 name = 'cpu_settle'
 jobs = 2
 M = 1_000_000
 
-small = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'cpu_small.py'))
-common = small['common']
-run, dense, xmod = small['builders'](tokens_per_iter=2048, width=128, tokens=2 * M, block_size=128)
+run, dense, xmod = builders(tokens_per_iter=2048, width=128, tokens=2 * M, block_size=128)
 
 
 def pair(seed, **kw):
@@ -43,6 +43,6 @@ runs = [
 ]
 
 
-if __name__ == '__main__':          # python sweeps/cpu_settle.py [--dry_run | --commands | --jobs=N | ...]
+if __name__ == '__main__':          # python sweeps/study/cpu_settle.py [--dry_run | --commands | --jobs=N | ...]
     import sweep
     sys.exit(sweep.main([__file__] + sys.argv[1:]))

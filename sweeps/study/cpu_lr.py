@@ -2,7 +2,7 @@
 (2e-3) at every width; scaling studies find that tuning the rate per size moves fitted laws (Porian et al. 2024),
 so the reference pair (4 dense layers against X-MoD stride 4, c ~0.125, T=128, 2M tokens) is rerun on a grid.
 
-    python sweeps/cpu_lr.py                              # the grid, then what it finds (below)
+    python sweeps/study/cpu_lr.py                              # the grid, then what it finds (below)
     python fit_law.py --lr results/cpu_lr/runs --out results/cpu_lr    # the table and the loss-against-rate plot
 
 1. The grid: widths 64, 128, 192 x peak rates 1e-3 .. 8e-3 (8x), seed 0, min_lr = lr / 10, cosine as before.
@@ -13,31 +13,26 @@ so the reference pair (4 dense layers against X-MoD stride 4, c ~0.125, T=128, 2
    and the seed mean decides (seed_rates; at width 128 X-MoD's 8e-3 was 0.0004 behind its 4e-3).
 
 Steps 2 and 3 read the finished runs of results/cpu_lr/runs each time sweeps/sweep.py reads this file (before each start),
-so the runs they add join the same call; `python sweeps/cpu_lr.py --dry_run` shows the state. Every run is
+so the runs they add join the same call; `python sweeps/study/cpu_lr.py --dry_run` shows the state. Every run is
 2M tokens at the cpu_small recipe otherwise, 1 thread each, 2 at a time; about 2.5 hours for the grid and the seeds.
 """
-import json
 import os
-import runpy
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # sweeps/: the runner, the recipe
+from recipe import ROOT, builders, common, final_val, lr_tag, seed_rates, tune  # noqa: E402
 
 name = 'cpu_lr'
 jobs = 2
 M = 1_000_000
-HERE = os.path.dirname(os.path.abspath(__file__))
-RUNS = os.path.join(os.path.dirname(HERE), 'results', name, 'runs')
+RUNS = os.path.join(ROOT, 'results', name, 'runs')
 
-small = runpy.run_path(os.path.join(HERE, 'cpu_small.py'))
-common = dict(small['common'], threads=1)
-run, dense, xmod = small['builders'](tokens_per_iter=2048, width=128, tokens=2 * M, block_size=128)
+common = dict(common, threads=1)
+run, dense, xmod = builders(tokens_per_iter=2048, width=128, tokens=2 * M, block_size=128)
 
 WIDTHS = (128, 64, 192)                 # the reference width first: a partial sweep already answers the most
 GRID = (1e-3, 2e-3, 4e-3, 8e-3)
 SEEDS = {128: (1, 2, 3, 4), 64: (1, 2), 192: (1, 2)}
-
-
-def lr_tag(lr):
-    return f'_lr{lr:g}'                              # 2e-3 -> '_lr0.002'
 
 
 def arm(kind, width, lr, seed=0):
@@ -52,47 +47,6 @@ def arm(kind, width, lr, seed=0):
     base, _, seed_part = r['name'].partition('_seed')
     r['name'] = base + lr_tag(lr) + (f'_seed{seed_part}' if seed_part else '')
     return r
-
-
-def final_val(runs_dir, name):
-    """The finished run's final val_loss_causal (the study's metric: causal routing; a dense run's two losses are
-    equal); inf for a run that diverged (train.py records it in run.json: that rate is too high); else None."""
-    try:
-        with open(os.path.join(runs_dir, name, 'run.json')) as f:
-            info = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if info.get('diverged'):
-        return float('inf')
-    return info['final']['val_loss_causal'] if info.get('finished') else None
-
-
-def tune(loss_at, grid):
-    """(rates, best): the grid extended by 2x past an edge that holds the best finished rate, and that rate once all
-    are finished (else None). loss_at(lr): the final loss of the arm's seed-0 run at lr, or None. Also used by
-    sweeps/cpu_recheck.py."""
-    lrs = list(grid)
-    while True:
-        vals = [loss_at(lr) for lr in lrs]
-        if any(v is None for v in vals):
-            return lrs, None                                             # not all finished: no best yet
-        best = min(range(len(lrs)), key=lambda i: vals[i])
-        if best == len(lrs) - 1:
-            lrs.append(lrs[-1] * 2)
-        elif best == 0:
-            lrs.insert(0, lrs[0] / 2)
-        else:
-            return lrs, lrs[best]
-
-
-def seed_rates(loss_at, grid, within=0.005):
-    """The rates that get seeds once the grid is finished: the best seed-0 rate and every rate within `within` of
-    it in seed 0, whose seeds then decide between them by their mean (law.rates.best_rate); [] before. A single seed
-    cannot tell rates 0.005 apart (seed-to-seed SD ~0.007 here), so choosing by it alone inflates the winner."""
-    lrs, best = tune(loss_at, grid)
-    if best is None:
-        return []
-    return [lr for lr in lrs if loss_at(lr) - loss_at(best) <= within]
 
 
 def rates(kind, width):
@@ -110,6 +64,6 @@ for width in WIDTHS:
             runs += [arm(kind, width, lr, seed=s) for s in SEEDS[width]]
 
 
-if __name__ == '__main__':          # python sweeps/cpu_lr.py [--dry_run | --commands | --jobs=N | ...]
+if __name__ == '__main__':          # python sweeps/study/cpu_lr.py [--dry_run | --commands | --jobs=N | ...]
     import sweep
     sys.exit(sweep.main([__file__] + sys.argv[1:]))

@@ -2,7 +2,7 @@
 learning rate, to tell a schedule effect from a data effect. Every earlier budget had its own cosine run; Delta
 shrank from budget to budget but hardly moved inside a 2M-token run, which points at the schedule.
 
-    python sweeps/cpu_wsd.py       # a branch joins the queue once its parent has kept its step
+    python sweeps/study/cpu_wsd.py       # a branch joins the queue once its parent has kept its step
     python fit_law.py results/cpu_wsd/runs --out results/cpu_wsd
 
 1. Stable runs: the reference pair (4 dense layers against X-MoD stride 4, c 0.125, width 128, T=128) with
@@ -10,7 +10,7 @@ shrank from budget to budget but hardly moved inside a 2M-token run, which point
    0.5, 1, 2 and 4M budgets' cooldowns start (the last 20% of each budget: run_folder.cooldown_start).
 2. Branches: from each kept step, the cooldown of that budget (--init_from=.../ckpt_S.pt). A branch equals, bit for
    bit, a separate WSD run of its budget (tests/test_train.py), so each stable run gives all five budgets.
-3. Arms at the rate sweeps/cpu_lr.py found best for both at width 128 (4e-3, seed 0: dense 1.7044, X-MoD 1.7249);
+3. Arms at the rate sweeps/study/cpu_lr.py found best for both at width 128 (4e-3, seed 0: dense 1.7044, X-MoD 1.7249);
    seeds 0-2, then seed 0 at 2e-3 and 8e-3, which asks whether the best rate moves with the budget.
 4. Separate cosine runs at 4e-3 at the same budgets (seed 0 right after seed 0's branches), to put Delta(D) from
    the branches beside Delta(D) from a run per budget (2M: results/cpu_lr has those).
@@ -18,23 +18,23 @@ This file lists a branch only once its parent has kept its step (sweeps/sweep.py
 6 hours on 2 CPU cores in all (2 runs at a time), resumable, and the runs are useful in the order listed.
 """
 import os
-import runpy
 import sys
 import types
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # sweeps/: the runner, the recipe
+from recipe import ROOT, builders, common  # noqa: E402
+
+sys.path.insert(0, ROOT)
+import run_folder  # noqa: E402  (train.py's budget and cooldown rules, so the kept steps are the branch points)
+import train  # noqa: E402  (its default cooldown_frac)
 
 name = 'cpu_wsd'
 jobs = 2
 M = 1_000_000
-HERE = os.path.dirname(os.path.abspath(__file__))
 RUNS = os.path.join('results', name, 'runs')           # as train.py (run from the repository root) sees it
 
-sys.path.insert(0, os.path.dirname(HERE))
-import run_folder  # noqa: E402  (train.py's budget and cooldown rules, so the kept steps are the branch points)
-import train  # noqa: E402  (its default cooldown_frac)
-
-small = runpy.run_path(os.path.join(HERE, 'cpu_small.py'))
-common = dict(small['common'], threads=1)
-run, dense, xmod = small['builders'](tokens_per_iter=2048, width=128, tokens=2 * M, block_size=128)
+common = dict(common, threads=1)
+run, dense, xmod = builders(tokens_per_iter=2048, width=128, tokens=2 * M, block_size=128)
 TOKENS_PER_ITER = 2048
 BUDGETS = (M // 2, M, 2 * M, 4 * M)                     # the branches; the stable run's own budget is 8M
 LONG = 8 * M
@@ -69,11 +69,11 @@ def keep_cooldowns(r, budgets, long):
 def branches_of(parent, budget_run, budgets, runs_dir):
     """The cooldown branch of each budget from the parent's kept step, once that step is kept. budget_run(b): the
     WSD run of budget b that the branch stands for (its name's _wsd_ becomes _wsdbranch_); runs_dir as train.py,
-    run from the repository root, sees it. Also used by sweeps/cpu_tokens.py."""
+    run from the repository root, sees it. Also used by sweeps/study/cpu_tokens.py."""
     out = []
     for b in budgets:
         ckpt = os.path.join(runs_dir, parent['name'], f'ckpt_{cooldown_start(b)}.pt')
-        if os.path.exists(os.path.join(os.path.dirname(HERE), ckpt)):
+        if os.path.exists(os.path.join(ROOT, ckpt)):
             r = budget_run(b)
             r.update(init_from=ckpt, name=r['name'].replace('_wsd_', '_wsdbranch_'))
             out.append(r)
@@ -103,6 +103,6 @@ for seed in (1, 2):
     runs += [arm(kind, TUNED, seed, b, 'cosine') for b in (*BUDGETS, LONG) for kind in ARMS if b != 2 * M]
 
 
-if __name__ == '__main__':          # python sweeps/cpu_wsd.py [--dry_run | --commands | --jobs=N | ...]
+if __name__ == '__main__':          # python sweeps/study/cpu_wsd.py [--dry_run | --commands | --jobs=N | ...]
     import sweep
     sys.exit(sweep.main([__file__] + sys.argv[1:]))

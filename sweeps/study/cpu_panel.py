@@ -21,35 +21,34 @@ results/cpu_lr (width 128, T=128, 2M tokens, cosine, the cpu_small recipe). That
                alone; whatever the learned router adds over it is what routing learns
   resid_active X-MoD with its residual projections initialised for the depth a token passes (4.1), not 12
 
-    python sweeps/cpu_panel.py
+    python sweeps/study/cpu_panel.py
     python fit_law.py --lr results/cpu_panel/runs 'results/cpu_lr/runs/dense_L4_d128_*' 'results/cpu_lr/runs/xmod_s4_L12_*' \
         --panel --out results/cpu_panel     # lr.json, lr.md, lr_vs_loss.png, panel.md
 
 1. Each arm on the rates 2e-3, 4e-3, 8e-3 (seed 0, min_lr = lr / 10), extended by 2x past an edge that holds its
-   best finished rate (a diverged run counts as worse than any), as sweeps/cpu_lr.py does.
-2. Seeds 1-4 at the best rate and at every rate within 0.005 of it in seed 0 (cpu_lr.seed_rates); the seed
+   best finished rate (a diverged run counts as worse than any), as sweeps/study/cpu_lr.py does.
+2. Seeds 1-4 at the best rate and at every rate within 0.005 of it in seed 0 (recipe.seed_rates); the seed
    mean then chooses (law.rates.best_rate). The same rule gives the reference X-MoD seeds 1-4 at 8e-3, 0.0004 behind
-   its 4e-3 in seed 0: `python sweeps/cpu_lr.py` runs them (4 runs, 4.5e13 FLOPs).
+   its 4e-3 in seed 0: `python sweeps/study/cpu_lr.py` runs them (4 runs, 4.5e13 FLOPs).
 About 40 runs of about 1.1e13 training FLOPs each (sweeps/sweep.py --dry_run: 2.4e14 for the 21 runs of the grid, before
 the edges and seeds are known): about 3 hours with 2 one-thread runs at a time on 2 quiet cores.
 """
 import os
-import runpy
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # sweeps/: the runner, the recipe
+from recipe import ROOT, builders, common, final_val, seed_rates, tune  # noqa: E402
+
+sys.path.insert(0, ROOT)
+from xmod import GPTConfig, flops_per_token  # noqa: E402
 
 name = 'cpu_panel'
 jobs = 2
 M = 1_000_000
-HERE = os.path.dirname(os.path.abspath(__file__))
-RUNS = os.path.join(os.path.dirname(HERE), 'results', name, 'runs')
+RUNS = os.path.join(ROOT, 'results', name, 'runs')
 
-small = runpy.run_path(os.path.join(HERE, 'cpu_small.py'))
-lr_sweep = runpy.run_path(os.path.join(HERE, 'cpu_lr.py'))             # tune, seed_rates, final_val, arm
-common = dict(small['common'], threads=1)
-run, dense, xmod = small['builders'](tokens_per_iter=2048, width=128, tokens=2 * M, block_size=128)
-
-sys.path.insert(0, os.path.dirname(HERE))
-from xmod import GPTConfig, flops_per_token  # noqa: E402
+common = dict(common, threads=1)
+run, dense, xmod = builders(tokens_per_iter=2048, width=128, tokens=2 * M, block_size=128)
 
 # MoD at c = 0.125 sees the reference dense run's training FLOPs: tokens = its tokens x dense FLOPs / MoD FLOPs per token
 DENSE = GPTConfig(n_layer=4, n_embd=128, block_size=128, vocab_size=84)
@@ -82,15 +81,15 @@ def arm(key, lr, seed=0):
 
 
 def loss_at(key):
-    return lambda lr: lr_sweep['final_val'](RUNS, arm(key, lr)['name'])
+    return lambda lr: final_val(RUNS, arm(key, lr)['name'])
 
 
 runs = [arm(key, lr) for lr in (4e-3, 8e-3, 2e-3) for key in ARMS]
-runs += [arm(key, lr) for key in ARMS for lr in lr_sweep['tune'](loss_at(key), GRID)[0] if lr not in GRID]
+runs += [arm(key, lr) for key in ARMS for lr in tune(loss_at(key), GRID)[0] if lr not in GRID]
 for key in ARMS:
-    runs += [arm(key, lr, seed=s) for lr in lr_sweep['seed_rates'](loss_at(key), GRID) for s in SEEDS]
+    runs += [arm(key, lr, seed=s) for lr in seed_rates(loss_at(key), GRID) for s in SEEDS]
 
 
-if __name__ == '__main__':          # python sweeps/cpu_panel.py [--dry_run | --commands | --jobs=N | ...]
+if __name__ == '__main__':          # python sweeps/study/cpu_panel.py [--dry_run | --commands | --jobs=N | ...]
     import sweep
     sys.exit(sweep.main([__file__] + sys.argv[1:]))

@@ -3,7 +3,7 @@
 optimizer step and the routing diagnostics in every log. 3.11e14 training FLOPs (sweeps/sweep.py --dry_run); 3.3 job-hours
 measured (the runs' elapsed_s summed: 2.6e10 FLOP/s a job, evaluations included), so about 1.7 h at 2 runs at a time.
 
-    python sweeps/cpu_medium.py
+    python sweeps/study/cpu_medium.py
     python fit_law.py results/cpu_small/runs results/cpu_medium/runs --out results/cpu_medium
 
 1. Statistical power: the reference pair (X-MoD stride 4, c=0.125 against 4 dense layers) gets seeds 3-5 at T=128
@@ -14,16 +14,16 @@ measured (the runs' elapsed_s summed: 2.6e10 FLOP/s a job, evaluations included)
    solved), at 0.5M, 1M and 2M tokens, against cpu_small's dense runs of those widths.
 """
 import os
-import runpy
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # sweeps/: the runner, the recipe
+from recipe import builders, common  # noqa: E402,F401  (common: the settings sweep.py gives every run)
 
 name = 'cpu_medium'
 jobs = 2
 M = 1_000_000
 
-small = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'cpu_small.py'))
-common = small['common']
-run, dense, xmod = small['builders'](tokens_per_iter=2048, width=128, tokens=2 * M, block_size=128)
+run, dense, xmod = builders(tokens_per_iter=2048, width=128, tokens=2 * M, block_size=128)
 
 runs = [
     # 1. seeds of the reference pair, T=128 then T=256: what answers the headline question comes first
@@ -39,6 +39,6 @@ runs = [
 ]
 
 
-if __name__ == '__main__':          # python sweeps/cpu_medium.py [--dry_run | --commands | --jobs=N | ...]
+if __name__ == '__main__':          # python sweeps/study/cpu_medium.py [--dry_run | --commands | --jobs=N | ...]
     import sweep
     sys.exit(sweep.main([__file__] + sys.argv[1:]))

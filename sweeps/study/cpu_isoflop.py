@@ -4,33 +4,33 @@ tokens = budget / (3 x its FLOPs per token); each arm's optimum is the minimum o
 sizes. MoD's claim is about these optima (the best MoD model is bigger than the best dense one and beats it), not
 about one FLOP-matched pair.
 
-    python sweeps/cpu_isoflop.py
+    python sweeps/study/cpu_isoflop.py
     python fit_law.py --isoflop results/cpu_isoflop/runs 'results/cpu_lr/runs/*_2M_lr0.004*' --out results/cpu_isoflop
 
 Arms: dense (4 layers) and X-MoD stride 4 FLOP-matched to it (4 anchors, depth and capacity solved near c 0.125,
-as sweeps/cpu_lr.py's other widths), at widths 48, 64, 88, 176 here; width 128 is the reference pair itself,
+as sweeps/study/cpu_lr.py's other widths), at widths 48, 64, 88, 176 here; width 128 is the reference pair itself,
 results/cpu_lr's runs at 4e-3 (the same recipe, tokens and seeds). Seeds 0-2. Where seed 0 of an arm is best at
 the smallest width, width 32 joins (an edge, as cpu_lr extends its rate grid).
 The rate: the tuned rule lr = 4e-3 x (128 / width)^2, min_lr = lr / 10 (results/cpu_lr's seed-mean best rates,
 64: 1.6e-2, 128: 4e-3, 192: 2e-3, lie on it within a factor 1.13); at 48 and 32 the rule is an extrapolation.
-Sized with `python sweeps/cpu_isoflop.py --dry_run`: see docs/results.md.
+Sized with `python sweeps/study/cpu_isoflop.py --dry_run`: see docs/results.md.
 """
 import os
-import runpy
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # sweeps/: the runner, the recipe
+from recipe import ROOT, builders, common, final_val  # noqa: E402
+
+sys.path.insert(0, ROOT)
+from xmod import GPTConfig, flops_per_token  # noqa: E402
 
 name = 'cpu_isoflop'
 jobs = 2
 M = 1_000_000
-HERE = os.path.dirname(os.path.abspath(__file__))
-RUNS = os.path.join(os.path.dirname(HERE), 'results', name, 'runs')
-sys.path.insert(0, os.path.dirname(HERE))
-from xmod import GPTConfig, flops_per_token  # noqa: E402
+RUNS = os.path.join(ROOT, 'results', name, 'runs')
 
-small = runpy.run_path(os.path.join(HERE, 'cpu_small.py'))
-lr_sweep = runpy.run_path(os.path.join(HERE, 'cpu_lr.py'))             # final_val
-common = dict(small['common'], threads=1)
-run, dense, xmod = small['builders'](tokens_per_iter=2048, width=128, tokens=2 * M, block_size=128)
+common = dict(common, threads=1)
+run, dense, xmod = builders(tokens_per_iter=2048, width=128, tokens=2 * M, block_size=128)
 
 REF_TOKENS = 2_000_896                                      # the reference run's 977 steps of 2048 tokens
 BUDGET = 3 * flops_per_token(GPTConfig(n_layer=4, n_embd=128, block_size=128, vocab_size=84)) * REF_TOKENS
@@ -61,7 +61,7 @@ def arm(kind, width, seed=0):
 def widths():
     """WIDTHS, and EDGE once seed 0 of either arm is finished at every width and best at the smallest."""
     for kind in ('dense', 'xmod'):
-        vals = {w: lr_sweep['final_val'](RUNS, arm(kind, w)['name']) for w in WIDTHS}
+        vals = {w: final_val(RUNS, arm(kind, w)['name']) for w in WIDTHS}
         if all(v is not None for v in vals.values()) and min(vals, key=vals.get) == min(WIDTHS):
             return WIDTHS + (EDGE,)
     return WIDTHS
@@ -70,6 +70,6 @@ def widths():
 runs = [arm(kind, w, seed) for seed in SEEDS for w in widths() for kind in ('dense', 'xmod')]
 
 
-if __name__ == '__main__':          # python sweeps/cpu_isoflop.py [--dry_run | --commands | --jobs=N | ...]
+if __name__ == '__main__':          # python sweeps/study/cpu_isoflop.py [--dry_run | --commands | --jobs=N | ...]
     import sweep
     sys.exit(sweep.main([__file__] + sys.argv[1:]))
