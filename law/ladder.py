@@ -183,6 +183,11 @@ def ci(d):
     return f"[{fmt(d['lo'])}, {fmt(d['hi'])}]" if d and d.get('lo') is not None else '-'
 
 
+def untracked(window):
+    """', N untracked' where the window's tree had files git did not track (not in its diff's hash)."""
+    return f", {len(window['git_untracked'])} untracked" if window.get('git_untracked') else ''
+
+
 def to_markdown(result):
     lines = [f"# The compute ladder: Delta = routed arm - dense ({result['metric']}), paired by seed", '',
              f"{result['runs']} finished runs; rate rule: {result['rule']}; 95% t-intervals (df = seeds - 1); the "
@@ -218,7 +223,7 @@ def to_markdown(result):
                   '|---|---|---|---|---|---|---|']
         for w in result['windows']:
             lines.append(f"| {w.get('name', '-')} | {w.get('date', '-')} | {w.get('device', '-')} | "
-                         f"{str(w.get('git_commit', '-'))[:12]} | {w.get('git_dirty', 'not recorded')} | "
+                         f"{str(w.get('git_commit', '-'))[:12]} | {w.get('git_dirty', 'not recorded')}{untracked(w)} | "
                          f"{(w.get('git_diff_sha256') or '-')[:12]} | {len(w.get('runs', []))} |")
     lines += ['', 'The runs\' own run.json (commit, uncommitted changes, diff sha256): ' +
               '; '.join(f'{c} {d} {str(h)[:12]}' for c, d, h in result['provenance'])]
