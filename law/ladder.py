@@ -3,7 +3,8 @@ law/ladder.py: the compute ladder's analysis (sweeps/gpu_ladder.py): Delta = rou
 seed, each arm's best loss against training FLOPs (the core curve), and how Delta moves per decade of FLOPs, with a
 verdict read only from intervals.
 
-    python -m law.ladder RUNS [RUNS ...] --out OUT [--windows DIR ...]   # OUT/ladder.md, ladder.json, delta.png, curves.png
+    python -m law.ladder RUNS [RUNS ...] --out OUT [--windows DIR ...] [--detect 0.011]
+                                                      # OUT/ladder.md, ladder.json, delta.png, curves.png
 
 The rate rule (the panel's): at each rung an arm ran seed 0 on several peak rates; the one with the lower final loss
 at seed 0 is the arm's rate there, and every seed's pair uses it. Seed 0 chose, so its Delta carries the choice's
@@ -112,7 +113,7 @@ def provenance(r):
         m.get('git_diff_sha256', 'not recorded')
 
 
-def analyse(runs, windows=()):
+def analyse(runs, windows=(), detect=DETECT):
     """The ladder's result as a dict (ladder.json): per routed arm the rungs' Deltas, the slope and the verdict; per
     arm the core curve; the windows and each run's provenance."""
     g, top = grid(runs)
@@ -130,7 +131,7 @@ def analyse(runs, windows=()):
     for w in widths:
         dense = [r['flops'] for by_seed in g.get(('dense', w, top[w]), {}).values() for r in by_seed.values()]
         flops[w] = float(np.mean(dense)) if dense else None
-    result = dict(metric=METRIC, detect_per_decade=DETECT, runs=len(runs), widths=widths,
+    result = dict(metric=METRIC, detect_per_decade=detect, runs=len(runs), widths=widths,
                   rule="each arm at the rate with the lower seed-0 loss at the width's largest budget", arms={},
                   curves={}, windows=list(windows))
     for arm in routed:
@@ -154,7 +155,7 @@ def analyse(runs, windows=()):
             ys += d
         fit = slope_fit(xs, ys)
         top_row = next((r for r in reversed(rows) if r['n']), None)
-        key, sentence = verdict(fit, top_row)
+        key, sentence = verdict(fit, top_row, detect)
         result['arms'][arm] = dict(widths=rows, slope=fit, verdict=key, sentence=sentence)
     for arm in arms:        # the core curve: each (width, budget) point at the arm's chosen rate, seed mean
         points = []
@@ -291,9 +292,11 @@ def main(argv):
     p.add_argument('--out', required=True, help='where ladder.md, ladder.json, delta.png and curves.png go')
     p.add_argument('--windows', nargs='*', default=[], help='window folders (window.json each): the table of which '
                    'window produced which runs')
+    p.add_argument('--detect', type=float, default=DETECT, help='the slope per decade the ladder is built to detect '
+                   f'(the margin of a flat verdict): {DETECT} for the window plan, 0.006 for the full plan')
     args = p.parse_args(argv)
     runs = load_runs(args.runs)
-    result = analyse(runs, read_windows(args.windows))
+    result = analyse(runs, read_windows(args.windows), args.detect)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, 'ladder.json'), 'w') as f:
         json.dump(result, f, indent=1, default=str)
