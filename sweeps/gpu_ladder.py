@@ -24,11 +24,13 @@ active parameters, rounded to 4 x the tokens a step, so that no rung passes over
     and 128 on the CPU, 1/width between them) and 2 r(w) (the larger batches here may take more);
   - seeds 1 and 2 at the rate seed 0 found better, once both seed-0 runs of that arm and rung have finished (this file
     is read again before each start: sweeps/sweep.py);
-  - every run warmup-stable-decay (WSD, the last 20% cooling to lr / 10), keeping the steps where the D/4 and D/2
-    budgets' cooldowns start; a branch from each kept step cools down to its budget (0.05 D and 0.1 D of extra
-    training): 3 budgets a width, an (N, D) grid per arm from which its loss-against-compute frontier is read.
-Runs are listed in the order a cut window loses least by: branches first (as soon as their step is kept), then seed
-0 of the widest rung down, then the seeds that wait for it, widest first.
+  - every run warmup-stable-decay (WSD, the last 20% cooling to lr / 10), no branches (beside 15 other runs a
+    branch's 15-second process start costs more than its training).
+The full plan (GPU_LADDER_PLAN=full): widths 32, 48, 64, 80, 112; seed 0 on four rates (r(w) x 1/sqrt 2, 1, sqrt 2,
+2); seeds 1-5; and every run keeping the steps where the D/4 and D/2 budgets' cooldowns start, a branch from each
+cooling down to its budget (0.05 D and 0.1 D of extra training): 3 budgets a width, an (N, D) grid per arm from which
+its loss-against-compute frontier is read. Runs are listed in the order a cut sweep loses least by: branches first
+(as soon as their step is kept), then seed 0 of the widest rung down, each rung's waiting seeds as they can start.
 
 Time (estimate(): an event simulation, 16 runs sharing the GPU equally, each run's work = its training tokens x the
 whole-GPU seconds a token cost in the first H200 window, plus STARTUP_S a run; docs/ladder.md).

@@ -164,6 +164,8 @@ for WR in $SPEED_WIDTHS; do
         LEFT=$(( END - $(date +%s) ))
         if [ "$MODE" != eager ] && [ "$COMPILE_OK" != 1 ]; then echo "$NAME skip 0" >> "$W/speed/rows.txt"; continue; fi
         if [ "$LEFT" -lt 15 ]; then echo "$NAME deadline 0" >> "$W/speed/rows.txt"; continue; fi
+        CAP=$([ "$MODE" = eager ] && echo 60 || echo 150)        # a row's own limit: one slow compile leaves the rest
+        [ "$LEFT" -gt "$CAP" ] && LEFT=$CAP
         ARGS="--model=$MODEL --n_embd=$WIDTH --n_head=$(( WIDTH / 16 > 0 ? WIDTH / 16 : 1 )) --batch_size=$ROWS"
         [ "$MODEL" = xmod ] && ARGS="$ARGS --stride=4 --n_layer=12 --dense_layers=4"
         [ "$MODE" != eager ] && ARGS="$ARGS --compile=True"
@@ -177,6 +179,9 @@ done
 "$PY" "$W/window.py" speed "$W" "$OUT" "$DATA" >> "$LOG" 2>&1
 say "speed rows: $(grep -c . "$W/speed/rows.txt") at $(at)"
 
-# 5. pack: the ladder runs finished here and the speed rows' logs (no checkpoints)
+# 5. pack: the ladder runs finished here and the speed rows' logs (no checkpoints), this machine's folders written W
+#    and OUT (no machine paths in what is committed)
+find "$W/runs" "$W/speed" \( -name run.json -o -name '*.log' -o -name '*.csv' \) -exec sed -i "s|$W|W|g" {} +
 tar czf "$OUT/runs.tar.gz" -C "$W" --exclude='*.pt' --exclude='*.lock' -T "$W/new.txt" speed
 say "wrote $OUT in $(at): $(cd "$OUT" && ls | tr '\n' ' ')"
+sed -i "s|$W|W|g; s|$OUT|OUT|g" "$LOG"

@@ -83,6 +83,22 @@ def test_the_dry_run_says_what_a_prior_leaves(monkeypatch, tmp_path, capsys):
                                     for r in seeds)
 
 
+def test_the_full_plan_branches_from_kept_steps(monkeypatch, tmp_path):
+    """GPU_LADDER_PLAN=full: five rungs, six seeds, seed 0 on four rates; each run keeps the steps its D/4 and D/2
+    branches start from, and a branch is listed (first) only once its parent's step is kept on disk."""
+    g = plan(monkeypatch, tmp_path, GPU_LADDER_PLAN='full')
+    assert len(g['RUNGS']) == 5 and len(g['SEEDS']) == 6 and len(g['RATE_FACTORS']) == 4
+    assert len(g['plan']()) == 5 * 3 * (4 + 5) * 3 and not [r for r in g['runs'] if 'init_from' in r]
+    parent = g['runs'][0]
+    steps = parent['save_steps'].split(',')
+    os.makedirs(tmp_path / 'runs' / parent['name'])
+    (tmp_path / 'runs' / parent['name'] / f'ckpt_{steps[0]}.pt').write_bytes(b'')
+    g = plan(monkeypatch, tmp_path, GPU_LADDER_PLAN='full')
+    first = g['runs'][0]
+    assert first['init_from'].endswith(f"{parent['name']}/ckpt_{steps[0]}.pt") and first['name'].endswith('_branch')
+    assert first['max_tokens'] == parent['max_tokens'] // 4 and 'save_steps' not in first
+
+
 def test_the_time_model_reproduces_the_first_window(monkeypatch, tmp_path):
     """The model (sweeps/gpu_ladder.py: simulate, COST_US) on the first H200 window's own sweep (60 runs, widths 128,
     256 and 512 at 2M, 8M and 32M tokens, 20 at once, cut at 320 s): it finished 27 runs, all 4 dense width-512 runs
@@ -199,6 +215,9 @@ def test_gpu_window_smoke_twice(corpus, tmp_path):
     assert l1['arms']['xmod_s4']['slope'] is not None and [r['n'] for r in l1['arms']['xmod_s4']['widths']] == [2, 2]
     with tarfile.open(one / 'runs.tar.gz') as tar:
         names = tar.getnames()
+        meta = json.load(tar.extractfile(next(n for n in names if n.endswith('/run.json'))))
+    assert meta['config']['out_dir'].startswith('W/runs/')       # the machine's temporary folder written W
+    assert str(one) not in (one / 'window.txt').read_text()      # and OUT
     assert len([n for n in names if n.startswith('runs/') and n.endswith('/run.json')]) == 12
     assert not [n for n in names if n.endswith('.pt')]
     assert '| 24 | dense | eager |' in (one / 'speed.md').read_text()
