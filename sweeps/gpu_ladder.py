@@ -406,8 +406,9 @@ def dry_run():
     names = {r['name'] for r, _, _ in plan()}
     done = {n for n in prior if n in names}
     print(f"gpu_ladder, plan {PLAN}: {len(RUNGS)} rungs x {len(ARMS)} arms; seed 0 at {len(RATE_FACTORS)} rates, "
-          f"seeds {', '.join(map(str, SEEDS[1:]))} at seed 0's better; WSD branches at "
-          f"{', '.join(f'{f:g}' for f in BRANCH_FRACTIONS)} D; corpus {CORPUS['dataset']}, T={T}")
+          f"seeds {', '.join(map(str, SEEDS[1:]))} at seed 0's better; WSD, "
+          + (f"branches at {', '.join(f'{f:g}' for f in BRANCH_FRACTIONS)} D" if BRANCH_FRACTIONS else 'no branches')
+          + f"; corpus {CORPUS['dataset']}, T={T}")
     print('| width | arm | layout (capacity) | active params | tokens (a step) | steps | passes | training FLOPs | '
           'seeds | seed-0 rates | est. s H100 / H200 |')
     print('|---|---|---|---|---|---|---|---|---|---|---|')
