@@ -9,8 +9,8 @@ law/: what fit_law.py, the script at the root, is made of.
     report.py   what a fit says for people: summary.md, the plots, the printed lines
     regimes.py  fit_law.py --regimes: one law of Delta across corpora, contexts and tokens per active parameter
     isoflop.py  fit_law.py --isoflop: each arm's optimum at one training budget, and Delta at the optima
-    ladder.py   the compute ladder (sweeps/gpu_ladder.py): Delta per width at leave-one-seed-out rates, its slope
-                per decade of FLOPs (python -m law.ladder)
+    ladder.py   the compute ladder (sweeps/gpu_ladder.py): Delta per rung at seed 0's rates, the core curve, the
+                slope per decade of FLOPs and a verdict from its interval (python -m law.ladder)
 
 The dense and relative laws themselves are fitted in fit_law.py, which a reader of the tutorial (chapter 11) reads
 top to bottom.

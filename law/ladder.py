@@ -1,26 +1,27 @@
 """
-law/ladder.py: the compute ladder's analysis (sweeps/gpu_ladder.py): Delta = X-MoD - dense per width, paired by seed,
-and how Delta moves per decade of training FLOPs. sweeps/gpu_ladder.sh runs it after the sweep:
+law/ladder.py: the compute ladder's analysis (sweeps/gpu_ladder.py): Delta = routed arm - dense per rung, paired by
+seed, each arm's best loss against training FLOPs (the core curve), and how Delta moves per decade of FLOPs, with a
+verdict read only from intervals.
 
-    python -m law.ladder RUNS_DIR --out OUT     # OUT/ladder.md, ladder.json, delta.png, curves.png
+    python -m law.ladder RUNS [RUNS ...] --out OUT [--windows DIR ...] [--detect 0.011]
+                                                      # OUT/ladder.md, ladder.json, delta.png, curves.png
 
-The rate rule: at a width where an arm ran two peak rates, the seed-s pair takes each arm's rate with the lower
-mean final loss over that arm's other seeds (leave one seed out), so the seed that gives a Delta never chose its own
-rate (choosing by the same seed would pick its luckier rate and bias Delta toward each arm's noise). The rates are
-compared over the other seeds that both finished: a run that did not finish (cut by the sweep's deadline, or stopped
-by train.py's divergence check) is left out of the comparison, not counted against its rate, so a sweep cut short
-compares its rates on the seeds it has. A width where an arm ran one rate uses it: nothing is chosen there, so no seed
-is left out, and a single seed gets a Delta. The loss is val_loss_causal (causal routing; a dense run's two losses are
-equal).
+The rate rule (the panel's): at each rung an arm ran seed 0 on several peak rates; the one with the lower final loss
+at seed 0 is the arm's rate there, and every seed's pair uses it. Seed 0 chose, so its Delta carries the choice's
+optimism; the table also gives Delta over seeds 1+ alone. A rung where seed 0 has not finished every rate it ran
+takes the best of those that did, and says so. The loss is val_loss_causal (causal routing; a dense run's two losses
+are equal). A rung is a width; its FLOPs are its dense runs' at the width's largest budget (shorter budgets at the
+same width are WSD branches: points of the core curve, not rungs).
 
-Per width: Delta's mean over seeds and a 95% t-interval with n - 1 degrees of freedom (n the seeds paired there).
-The slope: ordinary least squares of the widths' mean Delta on log10 of their training FLOPs (the dense run's), per
-decade, with a 95% seed-cluster bootstrap (seeds drawn with replacement from all seeds, each drawn seed bringing its
-Delta at every width it has; the rates stay as chosen on all seeds). The verdict, for each routed arm:
-  - the slope's interval below 0: the deficit is a small-scale effect (the law needs a compute term);
-  - |slope| <= 0.003 per decade and Delta at the widest width >= +0.005: depth routing as built does not pay
-    between the ladder's smallest and largest compute;
-  - else: undecided at this ladder's size.
+Delta per rung: the mean over the paired seeds and its 95% t-interval on n - 1 degrees of freedom (law/stats.py).
+The slope: least squares of every paired seed's Delta on log10 of its rung's training FLOPs, per decade, with its 95%
+t-interval on n - 2 degrees of freedom (n: the Deltas over all rungs; the seeds of one rung are independent runs, and
+so are the rungs). The verdict, per routed arm, from that interval alone (DETECT: the slope the ladder is built to
+detect, docs/ladder.md; tests/test_gpu_ladder.py simulates the rule):
+  - falls: the interval lies below 0 (Delta falls as compute grows: sparse depth gains ground);
+  - grows: the interval lies above 0;
+  - flat: the interval lies inside +-DETECT per decade; then Delta at the widest rung says on which side;
+  - undecided: anything else (the interval holds 0 and slopes of DETECT or more).
 """
 import argparse
 import json
@@ -28,200 +29,240 @@ import math
 import os
 import sys
 from collections import defaultdict
+from functools import lru_cache
 
 import numpy as np
 
 from law.load import load_runs
+from law.stats import t_interval, t_ppf
 
 METRIC = 'val_loss_causal'
-# two-sided 95% Student t quantiles (0.975) by degrees of freedom; beyond 30, the normal's
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-        11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 20: 2.086, 30: 2.042}
-FLAT, DEFICIT = 0.003, 0.005         # the verdict's thresholds: slope per decade, Delta at the top
-BOOTSTRAP = 2000
-
-
-def t975(df):
-    """The 0.975 quantile of Student's t at df degrees of freedom (the next tabled df at or below df)."""
-    return T975[max(k for k in T975 if k <= df)] if df <= 30 else 1.960
+DETECT = 0.011           # per decade: what the window ladder detects 80% of the time at SD 0.0074 (docs/ladder.md)
+VERDICTS = ('falls', 'grows', 'flat', 'undecided')
 
 
 def arm_of(r):
-    """'dense', or 'xmod_s<stride>': the ladder's arm of a run."""
+    """'dense', or 'xmod_s<stride>' / 'mod_s<stride>': the ladder's arm of a run."""
     return 'dense' if r['model'] == 'dense' else f"{r['model']}_s{r['stride']}"
 
 
-def table(runs):
-    """{(arm, width): {lr: {seed: loss}}} and {width: training FLOPs of its dense runs}."""
-    losses = defaultdict(lambda: defaultdict(dict))
-    flops = defaultdict(list)
+def grid(runs):
+    """{(arm, width, tokens): {lr: {seed: run}}}, {width: its largest budget in tokens}."""
+    g = defaultdict(lambda: defaultdict(dict))
+    top = {}
     for r in runs:
-        losses[(arm_of(r), r['n_embd'])][r['config']['learning_rate']][r['seed']] = r['loss'][METRIC]
-        if r['model'] == 'dense':
-            flops[r['n_embd']].append(r['flops'])
-    return losses, {w: float(np.mean(f)) for w, f in flops.items()}
+        g[(arm_of(r), r['n_embd'], r['tokens'])][r['config']['learning_rate']][r['seed']] = r
+        top[r['n_embd']] = max(top.get(r['n_embd'], 0), r['tokens'])
+    return g, top
 
 
-def chosen_rate(by_lr, seed):
-    """The arm's rate for the seed-`seed` pair. One rate: that rate (no choice). Several: the lowest mean loss over
-    the other seeds that every rate finished; where they share none, each rate's own other seeds; None when no rate
-    has another seed (nothing to choose by)."""
-    if len(by_lr) == 1:
-        return next(iter(by_lr))
-    others = {lr: set(by_seed) - {seed} for lr, by_seed in by_lr.items()}
-    common = set.intersection(*others.values())
-    judged = {lr: common or s for lr, s in others.items() if common or s}
-    if not judged:
+def chosen_rate(by_lr, seed0=0):
+    """(the rate with the lowest seed-0 loss among the rates seed 0 finished, whether every rate run at any seed
+    has a finished seed-0 run); (None, False) without a seed-0 run."""
+    done = {lr: by_seed[seed0]['loss'][METRIC] for lr, by_seed in by_lr.items() if seed0 in by_seed}
+    if not done:
+        return None, False
+    return min(sorted(done), key=lambda lr: done[lr]), len(done) == len(by_lr)
+
+
+@lru_cache(maxsize=None)
+def t975(df):
+    """Student's t 0.975 quantile at df degrees of freedom (law/stats.py), computed once per df."""
+    return t_ppf(0.975, df)
+
+
+def slope_fit(xs, ys):
+    """Least squares of ys on xs: dict(slope, se, df, lo, hi, n) with a 95% t-interval on n - 2 degrees of freedom;
+    None below 3 points or with a single x."""
+    x, y = np.asarray(xs, float), np.asarray(ys, float)
+    n = len(x)
+    if n < 3 or np.ptp(x) == 0:
         return None
-    return min(sorted(judged), key=lambda lr: np.mean([by_lr[lr][s] for s in sorted(judged[lr])]))
+    sxx = float(((x - x.mean()) ** 2).sum())
+    b = float(((x - x.mean()) * (y - y.mean())).sum() / sxx)
+    resid = y - y.mean() - b * (x - x.mean())
+    se = math.sqrt(float((resid ** 2).sum()) / (n - 2) / sxx)
+    half = t975(n - 2) * se
+    return dict(slope=b, se=se, df=n - 2, lo=b - half, hi=b + half, n=n)
 
 
-def deltas(losses, arm, width):
-    """{seed: (Delta, dense rate, sparse rate)} at one width for one routed arm, each arm at its rate for that seed."""
-    out = {}
-    dense, sparse = losses.get(('dense', width)), losses.get((arm, width))
-    if not dense or not sparse:
-        return out
-    for seed in sorted({s for by_seed in sparse.values() for s in by_seed}):
-        lr_d, lr_s = chosen_rate(dense, seed), chosen_rate(sparse, seed)
-        if lr_d is None or lr_s is None or seed not in dense[lr_d] or seed not in sparse[lr_s]:
-            continue
-        out[seed] = (sparse[lr_s][seed] - dense[lr_d][seed], lr_d, lr_s)
-    return out
+def verdict(fit, top=None, detect=DETECT):
+    """(one of VERDICTS, a sentence) from the slope's interval, and, where flat, the widest rung's Delta interval."""
+    if fit is None:
+        return 'undecided', 'undecided: fewer than two rungs with a Delta (or under 3 Deltas)'
+    ci = f"[{fit['lo']:+.4f}, {fit['hi']:+.4f}] per decade, t({fit['df']})"
+    if fit['hi'] < 0:
+        return 'falls', f'falls: Delta falls as compute grows, slope {ci}: sparse depth gains ground on this ladder'
+    if fit['lo'] > 0:
+        return 'grows', f'grows: Delta grows with compute, slope {ci}: sparse depth loses ground on this ladder'
+    if -detect < fit['lo'] and fit['hi'] < detect:
+        side = ''
+        if top and top.get('lo') is not None:
+            side = ('; behind dense at the widest rung (its interval above 0): depth routing as built does not pay '
+                    'here' if top['lo'] > 0 else '; ahead of dense at the widest rung (its interval below 0)'
+                    if top['hi'] < 0 else '; level with dense at the widest rung (its interval holds 0)')
+        return 'flat', f'flat: the slope {ci} lies within +-{detect} per decade{side}'
+    return 'undecided', f'undecided: the slope {ci} holds 0 and slopes of +-{detect} per decade'
 
 
-def interval(values):
-    """dict(n, mean, se, df, lo, hi): the mean and its 95% t-interval (None where n < 2)."""
-    v = np.asarray(values, dtype=float)
-    n = len(v)
-    out = dict(n=n, mean=float(v.mean()) if n else None, se=None, df=n - 1 if n > 1 else None, lo=None, hi=None)
-    if n > 1:
-        out['se'] = float(v.std(ddof=1) / math.sqrt(n))
-        half = t975(n - 1) * out['se']
-        out['lo'], out['hi'] = out['mean'] - half, out['mean'] + half
-    return out
+def provenance(r):
+    """(commit, dirty, diff sha256) from run.json; 'not recorded' where a run predates the field."""
+    m = r['meta']
+    dirty = m.get('git_dirty')
+    return (m.get('git_commit') or 'not recorded')[:12], ('not recorded' if dirty is None else bool(dirty)), \
+        m.get('git_diff_sha256', 'not recorded')
 
 
-def slope(points):
-    """Least-squares slope of Delta on log10 FLOPs over [(flops, mean Delta)], per decade; None below 2 points."""
-    if len(points) < 2:
-        return None
-    x = np.log10([p[0] for p in points])
-    y = np.array([p[1] for p in points])
-    return float(np.polyfit(x, y, 1)[0])
-
-
-def analyse(runs, seed=0):
-    losses, flops = table(runs)
-    widths = sorted(flops)
-    routed = sorted({arm for arm, _ in losses if arm != 'dense'})
-    rng = np.random.default_rng(seed)
-    result = dict(metric=METRIC, widths=widths, flops={str(w): flops[w] for w in widths}, arms={},
-                  runs=len(runs), rule='where an arm ran two rates, each at the one with the lower mean loss over '
-                  'its other seeds that both finished; where it ran one, that one')
-    for arm in routed:
-        per_width = {w: deltas(losses, arm, w) for w in widths}
-        rows = []
+def analyse(runs, windows=(), detect=DETECT):
+    """The ladder's result as a dict (ladder.json): per routed arm the rungs' Deltas, the slope and the verdict; per
+    arm the core curve; the windows and each run's provenance."""
+    g, top = grid(runs)
+    widths = sorted(top)
+    arms = sorted({a for a, _, _ in g})
+    routed = [a for a in arms if a != 'dense']
+    # each arm's rate at each width, chosen at the width's largest budget; shorter budgets (branches) follow it
+    rate = {}
+    for arm in arms:
         for w in widths:
-            d = per_width[w]
-            ran = {a: sorted(losses.get((a, w), {})) for a in ('dense', arm)}    # the rates each arm ran here
-            rows.append(dict(width=w, flops=flops[w], seeds=sorted(d), delta=[d[s][0] for s in sorted(d)],
-                             rates_run=dict(dense=ran['dense'], sparse=ran[arm]),
-                             rates={str(s): dict(dense=d[s][1], sparse=d[s][2]) for s in sorted(d)},
-                             **interval([d[s][0] for s in sorted(d)])))
-        points = [(r['flops'], r['mean']) for r in rows if r['n']]
-        est = slope(points)
-        seeds = sorted({s for d in per_width.values() for s in d})
-        boot = []
-        for _ in range(BOOTSTRAP if est is not None else 0):
-            draw = rng.choice(seeds, size=len(seeds), replace=True)
-            pts = [(flops[w], np.mean([per_width[w][s][0] for s in draw if s in per_width[w]]))
-                   for w in widths if any(s in per_width[w] for s in draw)]
-            b = slope(pts)
-            if b is not None:
-                boot.append(b)
-        lo, hi = (float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))) if boot else (None, None)
-        top = next((r for r in reversed(rows) if r['n']), None)
-        result['arms'][arm] = dict(widths=rows, slope_per_decade=est, slope_lo=lo, slope_hi=hi, bootstrap=len(boot),
-                                   top_width=top and top['width'], top_delta=top and top['mean'],
-                                   verdict=verdict(est, hi, top and top['mean']))
+            by_lr = g.get((arm, w, top[w]))
+            if by_lr:
+                rate[(arm, w)] = chosen_rate(by_lr)
+    flops = {}
+    for w in widths:
+        dense = [r['flops'] for by_seed in g.get(('dense', w, top[w]), {}).values() for r in by_seed.values()]
+        flops[w] = float(np.mean(dense)) if dense else None
+    result = dict(metric=METRIC, detect_per_decade=detect, runs=len(runs), widths=widths,
+                  rule="each arm at the rate with the lower seed-0 loss at the width's largest budget", arms={},
+                  curves={}, windows=list(windows))
+    for arm in routed:
+        rows, xs, ys = [], [], []
+        for w in widths:
+            (lr_d, all_d), (lr_s, all_s) = rate.get(('dense', w), (None, False)), rate.get((arm, w), (None, False))
+            if lr_d is None or lr_s is None or flops[w] is None:
+                rows.append(dict(width=w, flops=flops[w], n=0, seeds=[], delta=[], mean=None, lo=None, hi=None,
+                                 df=None, se=None, p=None, later=None, rates=None))
+                continue
+            dense, sparse = g[('dense', w, top[w])][lr_d], g[(arm, w, top[w])][lr_s]
+            seeds = sorted(set(dense) & set(sparse))
+            d = [sparse[s]['loss'][METRIC] - dense[s]['loss'][METRIC] for s in seeds]
+            ran = {k: {f'{lr:.3g}': round(by[0]['loss'][METRIC], 4) for lr, by in sorted(g[(a, w, top[w])].items())
+                       if 0 in by} for k, a in (('dense', 'dense'), ('sparse', arm))}
+            later = [x for s, x in zip(seeds, d) if s != 0]
+            rows.append(dict(width=w, flops=flops[w], tokens=top[w], seeds=seeds, delta=d,
+                             rates=dict(dense=lr_d, sparse=lr_s, seed0=ran, complete=all_d and all_s),
+                             later=t_interval(later) if later else None, **t_interval(d)))
+            xs += [math.log10(flops[w])] * len(d)
+            ys += d
+        fit = slope_fit(xs, ys)
+        top_row = next((r for r in reversed(rows) if r['n']), None)
+        key, sentence = verdict(fit, top_row, detect)
+        result['arms'][arm] = dict(widths=rows, slope=fit, verdict=key, sentence=sentence)
+    for arm in arms:        # the core curve: each (width, budget) point at the arm's chosen rate, seed mean
+        points = []
+        for (a, w, tokens), by_lr in sorted(g.items()):
+            lr = rate.get((a, w), (None,))[0]
+            if a != arm or lr not in by_lr:
+                continue
+            rs = list(by_lr[lr].values())
+            points.append(dict(width=w, tokens=tokens, flops=float(np.mean([r['flops'] for r in rs])), n=len(rs),
+                               loss=float(np.mean([r['loss'][METRIC] for r in rs]))))
+        points.sort(key=lambda p: p['flops'])
+        best = math.inf
+        for p in points:             # the frontier: no point with fewer FLOPs reaches a lower loss
+            p['frontier'] = p['loss'] < best
+            best = min(best, p['loss'])
+        result['curves'][arm] = points
+    result['provenance'] = sorted({provenance(r) for r in runs}, key=str)
     return result
-
-
-def verdict(est, hi, top):
-    """One sentence: what the slope and the top width's Delta say (module docstring)."""
-    if est is None:
-        return 'undecided: fewer than two widths have a Delta'
-    if hi is not None and hi < 0:
-        return ('the deficit is a small-scale effect: Delta falls with compute (the slope interval excludes 0), so '
-                'the law needs a compute term')
-    if abs(est) <= FLAT and top is not None and top >= DEFICIT:
-        return ('depth routing as built does not pay at this ladder\'s compute: Delta is flat with compute '
-                f'(|slope| <= {FLAT}) and at least +{DEFICIT} at the widest width')
-    return 'undecided: neither a falling Delta nor a flat deficit is established at this ladder\'s size'
 
 
 def fmt(v, digits=4):
     return '-' if v is None else f'{v:+.{digits}f}'
 
 
+def ci(d):
+    return f"[{fmt(d['lo'])}, {fmt(d['hi'])}]" if d and d.get('lo') is not None else '-'
+
+
+def untracked(window):
+    """', N untracked' where the window's tree had files git did not track (not in its diff's hash)."""
+    return f", {len(window['git_untracked'])} untracked" if window.get('git_untracked') else ''
+
+
 def to_markdown(result):
-    lines = [f"# The compute ladder: Delta = X-MoD - dense ({result['metric']}), paired by seed", '',
-             f"{result['runs']} finished runs; rate rule: {result['rule']}; 95% t-intervals (df = seeds - 1); "
-             f"slope of Delta per decade of training FLOPs with a {BOOTSTRAP}-draw seed-cluster bootstrap.", '']
+    lines = [f"# The compute ladder: Delta = routed arm - dense ({result['metric']}), paired by seed", '',
+             f"{result['runs']} finished runs; rate rule: {result['rule']}; 95% t-intervals (df = seeds - 1); the "
+             f"slope of every seed's Delta on log10 training FLOPs, 95% t-interval (df = Deltas - 2); verdict from "
+             f"that interval alone (the ladder detects +-{result['detect_per_decade']} per decade).", '']
     for arm, a in result['arms'].items():
         lines += [f"## {arm} - dense", '',
-                  '| width | training FLOPs | rates run (dense; sparse) | seeds | Delta | 95% interval | df |',
-                  '|---|---|---|---|---|---|---|']
+                  '| width | training FLOPs | seed-0 loss at each rate (dense; sparse) | rates used | seeds | Delta | '
+                  '95% interval | df | seeds 1+ only |', '|---|---|---|---|---|---|---|---|---|']
         for r in a['widths']:
-            ci = f"[{fmt(r['lo'])}, {fmt(r['hi'])}]" if r['lo'] is not None else '-'
-            ran = '; '.join(', '.join(f'{lr:.3g}' for lr in r['rates_run'][k]) or '-' for k in ('dense', 'sparse'))
-            lines.append(f"| {r['width']} | {r['flops']:.3g} | {ran} | {r['n']} | {fmt(r['mean'])} | {ci} | "
-                         f"{r['df'] if r['df'] is not None else '-'} |")
-        ci = f"[{fmt(a['slope_lo'])}, {fmt(a['slope_hi'])}]" if a['slope_lo'] is not None else '-'
-        lines += ['', f"slope {fmt(a['slope_per_decade'])} per decade, 95% bootstrap {ci}", '',
-                  f"**{arm}: {a['verdict']}.**", '']
+            if not r['n']:
+                lines.append(f"| {r['width']} | {r['flops'] or 0:.3g} | - | - | 0 | - | - | - | - |")
+                continue
+            rates = r['rates']
+            seed0 = '; '.join(', '.join(f'{lr}: {v:.4f}' for lr, v in rates['seed0'][k].items()) or '-'
+                              for k in ('dense', 'sparse'))
+            used = f"{rates['dense']:.3g}; {rates['sparse']:.3g}" + ('' if rates['complete'] else
+                                                                      ' (not every seed-0 rate finished)')
+            later = f"{fmt(r['later']['mean'])} {ci(r['later'])}" if r['later'] else '-'
+            lines.append(f"| {r['width']} | {r['flops']:.3g} | {seed0} | {used} | {r['n']} | {fmt(r['mean'])} | "
+                         f"{ci(r)} | {r['df'] if r['df'] is not None else '-'} | {later} |")
+        s = a['slope']
+        lines += ['', f"slope {fmt(s and s['slope'])} per decade, 95% {ci(s)}" +
+                  (f", t({s['df']}) over {s['n']} Deltas" if s else ''), '', f"**{arm}: {a['sentence']}.**", '']
+    lines += ['## The core curve: each arm\'s loss against training FLOPs (seed means at its chosen rate)', '',
+              '| arm | width | tokens | training FLOPs | seeds | loss | on the frontier |', '|---|---|---|---|---|---|---|']
+    for arm, points in result['curves'].items():
+        lines += [f"| {arm} | {p['width']} | {p['tokens'] / 1e6:.3g}M | {p['flops']:.3g} | {p['n']} | "
+                  f"{p['loss']:.4f} | {'yes' if p['frontier'] else 'no'} |" for p in points]
+    if result['windows']:
+        lines += ['', '## The windows that produced these runs', '',
+                  '| window | date | device | commit | uncommitted changes | diff sha256 | runs trained there |',
+                  '|---|---|---|---|---|---|---|']
+        for w in result['windows']:
+            lines.append(f"| {w.get('name', '-')} | {w.get('date', '-')} | {w.get('device', '-')} | "
+                         f"{str(w.get('git_commit', '-'))[:12]} | {w.get('git_dirty', 'not recorded')}{untracked(w)} | "
+                         f"{(w.get('git_diff_sha256') or '-')[:12]} | {len(w.get('runs', []))} |")
+    lines += ['', 'The runs\' own run.json (commit, uncommitted changes, diff sha256): ' +
+              '; '.join(f'{c} {d} {str(h)[:12]}' for c, d, h in result['provenance'])]
     return '\n'.join(lines)
 
 
-def plots(result, runs, out):
-    """delta.png: each routed arm's Delta against FLOPs with its t-intervals and slope; curves.png: every run's
-    final loss against its FLOPs, by arm (the chosen rates' runs filled)."""
+def plots(result, out):
+    """delta.png: each routed arm's Delta per rung with its t-interval and the fitted slope; curves.png: each arm's
+    loss against training FLOPs, its frontier joined (the core curves, one picture)."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6, 4))
     for arm, a in result['arms'].items():
         rows = [r for r in a['widths'] if r['n']]
-        x = [r['flops'] for r in rows]
-        y = [r['mean'] for r in rows]
+        x, y = [r['flops'] for r in rows], [r['mean'] for r in rows]
         err = [[r['mean'] - r['lo'] if r['lo'] is not None else 0 for r in rows],
                [r['hi'] - r['mean'] if r['hi'] is not None else 0 for r in rows]]
-        line = ax.errorbar(x, y, yerr=err, fmt='o', capsize=4, label=f"{arm}: slope {fmt(a['slope_per_decade'])}"
-                           f"/decade")
-        if a['slope_per_decade'] is not None and len(x) > 1:
+        s = a['slope']
+        line = ax.errorbar(x, y, yerr=err, fmt='o', capsize=4, label=f"{arm}: {a['verdict']}, slope "
+                           f"{fmt(s and s['slope'])}/decade")
+        if s:
             xs = np.log10(x)
-            b = np.mean(y) - a['slope_per_decade'] * np.mean(xs)
-            ax.plot(x, b + a['slope_per_decade'] * xs, '-', c=line[0].get_color())
+            b = np.mean([d for r in rows for d in r['delta']]) - s['slope'] * np.mean(
+                [math.log10(r['flops']) for r in rows for _ in r['delta']])
+            ax.plot(x, b + s['slope'] * xs, '-', c=line[0].get_color())
     ax.axhline(0, c='grey', lw=0.8)
-    save(fig, ax, os.path.join(out, 'delta.png'), ylabel=f"Delta {result['metric']} (X-MoD - dense)",
-         title='compute ladder: Delta per width (95% t-intervals)')
-    chosen = set()                       # (arm, width, seed, rate) of every run a Delta used
-    for arm, a in result['arms'].items():
-        for r in a['widths']:
-            for s, rates in r['rates'].items():
-                chosen |= {('dense', r['width'], s, rates['dense']), (arm, r['width'], s, rates['sparse'])}
+    save(fig, ax, os.path.join(out, 'delta.png'), ylabel=f"Delta {result['metric']} (routed - dense)",
+         title='Delta per rung (95% t-intervals) and its slope')
     fig, ax = plt.subplots(figsize=(6, 4))
-    colours = dict(zip(sorted({arm_of(r) for r in runs}), plt.rcParams['axes.prop_cycle'].by_key()['color']))
-    for arm, c in colours.items():
-        rs = [r for r in runs if arm_of(r) == arm]
-        picked = [(arm, r['n_embd'], str(r['seed']), r['config']['learning_rate']) in chosen for r in rs]
-        ax.scatter([r['flops'] for r, p in zip(rs, picked) if p], [r['loss'][METRIC] for r, p in zip(rs, picked) if p],
-                   color=c, s=18, label=f'{arm} (at its chosen rate)')
-        ax.scatter([r['flops'] for r, p in zip(rs, picked) if not p],
-                   [r['loss'][METRIC] for r, p in zip(rs, picked) if not p], facecolors='none', edgecolors=c, s=18)
-    save(fig, ax, os.path.join(out, 'curves.png'), ylabel=f"final {result['metric']}",
-         title='every run (open: the rate not chosen)')
+    for arm, points in result['curves'].items():
+        front = [p for p in points if p['frontier']]
+        line, = ax.plot([p['flops'] for p in front], [p['loss'] for p in front], '-o', ms=4, label=arm)
+        rest = [p for p in points if not p['frontier']]
+        ax.scatter([p['flops'] for p in rest], [p['loss'] for p in rest], facecolors='none',
+                   edgecolors=line.get_color(), s=18)
+    save(fig, ax, os.path.join(out, 'curves.png'), ylabel=f"final {result['metric']} (seed mean)",
+         title="each arm's loss against compute (open: off its frontier)")
 
 
 def save(fig, ax, path, **labels):
@@ -234,20 +275,35 @@ def save(fig, ax, path, **labels):
     plt.close(fig)
 
 
+def read_windows(folders):
+    """Each window folder's window.json (what sweeps/gpu_window.sh writes), with the folder's name."""
+    out = []
+    for f in folders:
+        path = os.path.join(f, 'window.json')
+        if os.path.isfile(path):
+            with open(path) as fh:
+                out.append(dict(json.load(fh), name=os.path.basename(os.path.normpath(f))))
+    return out
+
+
 def main(argv):
     p = argparse.ArgumentParser(prog='python -m law.ladder', description=__doc__.split('\n\n')[0].strip())
     p.add_argument('runs', nargs='+', help='run folders, or folders of run folders (globs as fit_law.py takes them)')
     p.add_argument('--out', required=True, help='where ladder.md, ladder.json, delta.png and curves.png go')
+    p.add_argument('--windows', nargs='*', default=[], help='window folders (window.json each): the table of which '
+                   'window produced which runs')
+    p.add_argument('--detect', type=float, default=DETECT, help='the slope per decade the ladder is built to detect '
+                   f'(the margin of a flat verdict): {DETECT} for the window plan, 0.006 for the full plan')
     args = p.parse_args(argv)
     runs = load_runs(args.runs)
-    result = analyse(runs)
+    result = analyse(runs, read_windows(args.windows), args.detect)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, 'ladder.json'), 'w') as f:
-        json.dump(result, f, indent=1)
+        json.dump(result, f, indent=1, default=str)
     md = to_markdown(result)
     with open(os.path.join(args.out, 'ladder.md'), 'w') as f:
         f.write(md + '\n')
-    plots(result, runs, args.out)
+    plots(result, args.out)
     print(md)
     return 0
 
