@@ -184,10 +184,11 @@ collect
 
 # the first 4 runs of gpu_small (its rate grid's dense and X-MoD at width 256) at 1.6M tokens each, at once
 cat > "$W/per_gpu_sweep.py" <<PYEOF
-import runpy
-spec = runpy.run_path('sweeps/gpu_small.py')
-name, common = 'gpu_check_per_gpu', spec['common']
-runs = [dict(r, max_tokens=$SHARE_TOKENS, **$SHARE_RUNS) for r in spec['runs'][:4]]
+import os, sys
+sys.path.insert(0, os.path.abspath('sweeps'))
+import gpu_small
+name, common = 'gpu_check_per_gpu', gpu_small.common
+runs = [dict(r, max_tokens=$SHARE_TOKENS, **$SHARE_RUNS) for r in gpu_small.runs[:4]]
 PYEOF
 BACKEND=$([ "$NPROC_DEV" = cuda ] && echo nccl || echo gloo)
 train() {   # train MODEL COMPILE LIMIT [NAME [ARGS...]]: the Quickstart's run of MODEL as step NAME (default MODEL)

@@ -271,11 +271,7 @@ def test_every_sweep_file_runs_itself(path, tmp_path):
         assert own.stdout == dry(os.path.join('sweeps', 'sweep.py'), path).stdout
 
 
-# issue 49's ladder still reads cpu_small.py's builders through runpy: `from recipe import builders` replaces it
-RUNPY_LEFT = {'sweeps/gpu_ladder.py'}
-
-
-@pytest.mark.parametrize('path', [p for p in SWEEP_FILES if p not in RUNPY_LEFT])
+@pytest.mark.parametrize('path', SWEEP_FILES)
 def test_no_sweep_file_runs_another(path):
     """A sweep file takes what it shares with others from sweeps/recipe.py (or a study from the study beside it) by
     import: none runs another sweep file through runpy, which made the studies each other's libraries."""
