@@ -177,7 +177,8 @@ def phase_ops(mx, gptconf, B=2):
     on a (B, block_size) batch: 'forward' and 'backward' of a training step (top-k, return_aux, as train.py; the
     optimizer and the calibration apart), and, in eval mode without gradients as train.py's evaluation runs them,
     'eval_causal' and 'eval_topk' (a forward in each routing) and 'stats_causal', 'stats_topk' (its routing_stats);
-    'syncs_causal', the syncs of the causal forward. Each is counted on its second run (the first causal forward
+    'syncs_causal', the syncs of the causal forward, 'syncs_topk' of the top-k one, 'syncs_train' of the training
+    step's forward and backward. Each is counted on its second run (the first causal forward
     checks the calibration once). The fast path's counts do not depend on the data, only on the shapes."""
     torch.manual_seed(0)
     m = mx.GPT(gptconf)
@@ -191,7 +192,7 @@ def phase_ops(mx, gptconf, B=2):
             _, loss, _ = m(x, y, return_aux=True)
         with OpCounter() as bwd:
             loss.backward()
-    out.update(forward=fwd.ops, backward=bwd.ops)
+    out.update(forward=fwd.ops, backward=bwd.ops, syncs_train=fwd.syncs + bwd.syncs)
     m.eval()
     with torch.no_grad():
         for routing in ('causal', 'topk'):
