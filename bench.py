@@ -6,6 +6,8 @@ bench.py: the speed of X-MoD against its FLOP-matched dense model, every figure 
     python bench.py --json bench.json                # also write the table as a list of rows
     python bench.py --contention=True                # CPU settings, alone and beside one busy process
     python bench.py --contexts=128 --phases=train --profile=True   # and where each row's time goes
+    python bench.py --ref=main                       # also xmod.py as it is at git ref main, side by side
+    python bench.py --ops=True --contexts=128 --ref=main   # no timing: each phase's ops (OpCounter), now and at main
     python bench.py --device=cuda --dtype=bfloat16 --compile=True --contexts=1024 --n_embd=768 --n_head=12 \\
                     --dense_layers=12 --batch_size=8
 
