@@ -472,15 +472,16 @@ class RoutedBlock(nn.Module):
         torch._check(k_max <= T)
         torch._check(n >= 1)
         torch._check(n <= B * k_max)
-        # The bookkeeping as three stable sorts of booleans, taken (True) first, each keeping the
+        # The bookkeeping as three stable sorts of the mask's 0/1, taken (1) first, each keeping the
         # order of equals: of each row's mask, the taken positions ascending then the others
         # (taken, B x k_max), its values saying which slots are real; of the real flags of the
         # (B*k_max) slots, the real slots in order (slots, n); of the whole mask, the real tokens'
         # rows in the flattened (B*T) in the same order (token, n), its values zero on padding.
-        real, taken = mask.sort(dim=1, descending=True, stable=True)
+        taken_first = mask.to(torch.uint8)            # as bytes: CUDA sorts no bool before torch 2.6
+        real, taken = taken_first.sort(dim=1, descending=True, stable=True)
         real, taken = real[:, :k_max], taken[:, :k_max]           # (B, k_max)
         slots = real.flatten().sort(descending=True, stable=True).indices[:n]
-        is_real, token = mask.flatten().sort(descending=True, stable=True)
+        is_real, token = taken_first.flatten().sort(descending=True, stable=True)
         is_real, token = is_real[:n], token[:n]
         index = taken.unsqueeze(-1).expand(-1, -1, C)
         xs = torch.gather(x, 1, index)                            # (B, k_max, C)
