@@ -35,6 +35,8 @@ apart), and the median is kept: read the ratios, not the absolute figures, which
 aten::mm inside it), counted in one more, untimed measurement: per step (train, layer_train), per forward
 (eval_causal, layer_causal), per new token position of the batch (decode: the prompt's prefill spread over the new
 tokens). Machine-independent where timings are noisy; a compiled row counts the aten calls left outside its kernels.
+`sync_share` (eval_causal): the share of one more, untimed measurement's time the host spent waiting in syncs
+(causal routing reads two sizes per routed layer): on a GPU, what those syncs cost; on a CPU about 0.
 """
 import collections
 import importlib.util
@@ -315,6 +317,26 @@ def timer(phase, model, fwd, x, y, opt, ctx, dev, cfg):
     return measure
 
 
+def sync_share(measure):
+    """The fraction of one more, untimed measurement's time that the host spent in tolist, waiting: causal
+    routing's one sync per routed layer (xmod.py, forward_fast_causal). On a GPU the host waits there for every
+    kernel queued before it, and launches nothing meanwhile; where launching bounds the step, that wait is what the
+    syncs cost. On a CPU nothing is queued: about 0."""
+    waited, plain = [0.0], torch.Tensor.tolist
+
+    def tolist(t):
+        t0 = time.perf_counter()
+        out = plain(t)
+        waited[0] += time.perf_counter() - t0
+        return out
+    torch.Tensor.tolist = tolist
+    try:
+        seconds, _ = measure()
+    finally:
+        torch.Tensor.tolist = plain
+    return waited[0] / seconds
+
+
 def aten_calls(measure, units):
     """aten op calls per unit (step, forward, new token) of one untimed measurement, and its profiler."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -459,6 +481,8 @@ def row_of(r, group, peak):
         row['ratio_vs_same_depth_dense'] = vs_same and round(vs_same, 3)
     if r['mem'] is not None:
         row['mem_MB'] = round(r['mem'] / 2 ** 20, 1)
+    if 'sync_share' in r:
+        row['sync_share'] = round(r['sync_share'], 4)
     return row, vs, vs_same, model_flops(r, row, peak)
 
 
@@ -595,6 +619,8 @@ def bench(argv):
         for r in group:
             r['aten_calls'], r['prof'] = aten_calls(r['measure'], cfg.new_tokens if r['phase'].startswith('decode')
                                                     else cfg.steps)
+            if r['phase'] == 'eval_causal':
+                r['sync_share'] = sync_share(r['measure'])
         for r in group:
             row, vs, vs_same, line = row_of(r, group, peak)
             mfu_lines += [line] if line else []
@@ -606,6 +632,10 @@ def bench(argv):
                   f"{fmt(vs_same)} | {row.get('mem_MB', '-')} | {row['aten_calls']:,} |", flush=True)
         if cfg.json:
             write_json(cfg.json, out)
+    waits = [r['row'] for group in groups.values() for r in group if 'sync_share' in r['row']]
+    if waits:
+        print("\nthe host's wait in syncs (causal routing's one per routed layer), a share of the causal forward's "
+              "time: " + ', '.join(f"{w['model']} {w['impl']} T={w['T']} {w['sync_share']:.1%}" for w in waits))
     if mfu_lines:
         print(f"\nmodel FLOP/s (forward FLOPs/token x 3 for train, x 1 for eval) and MFU against "
               f"{f'{peak:g} TFLOP/s' if peak else 'no known peak (--peak_tflops)'}")
