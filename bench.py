@@ -6,6 +6,8 @@ bench.py: the speed of X-MoD against its FLOP-matched dense model, every figure 
     python bench.py --json bench.json                # also write the table as a list of rows
     python bench.py --contention=True                # CPU settings, alone and beside one busy process
     python bench.py --contexts=128 --phases=train --profile=True   # and where each row's time goes
+    python bench.py --ref=main                       # also xmod.py as it is at git ref main, side by side
+    python bench.py --ops=True --contexts=128 --ref=main   # no timing: each phase's ops (OpCounter), now and at main
     python bench.py --device=cuda --dtype=bfloat16 --compile=True --contexts=1024 --n_embd=768 --n_head=12 \\
                     --dense_layers=12 --batch_size=8
 
@@ -33,7 +35,11 @@ apart), and the median is kept: read the ratios, not the absolute figures, which
 aten::mm inside it), counted in one more, untimed measurement: per step (train, layer_train), per forward
 (eval_causal, layer_causal), per new token position of the batch (decode: the prompt's prefill spread over the new
 tokens). Machine-independent where timings are noisy; a compiled row counts the aten calls left outside its kernels.
+`sync_share` (eval_causal): the share of one more, untimed measurement's time the host spent waiting in syncs
+(causal routing reads two sizes per routed layer): on a GPU, what those syncs cost; on a CPU about 0.
 """
+import collections
+import importlib.util
 import json as jsonlib
 import os
 import statistics
@@ -47,10 +53,11 @@ from dataclasses import replace
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import xmod
 from configurator import UserError, configure, defaults_of, one_line, run_main
-from xmod import GPT, GPTConfig, flops_per_token, match_flops
 
 # -----------------------------------------------------------------------------------------------------------------
 device = 'cpu'            # cpu | cuda | mps
@@ -74,6 +81,9 @@ contention = False        # instead: the train phase under each CPU setting, alo
 profile = False           # also print each row's torch.profiler table (aten ops by self CPU time; train: forward, backward, optimizer ms a step; one measurement)
 json = ''                 # write the rows as JSON to this path (also: --json PATH)
 peak_tflops = 0.0         # the device's peak TFLOP/s for MFU (0 = by device name in bf16: PEAK_TFLOPS)
+ref = ''                  # a git ref (e.g. main): also time xmod.py as it is there, its rows (dense@REF, xmod@REF)
+                          # interleaved with the working tree's, each version's X-MoD against its own dense model
+ops = False               # instead: the backend ops of each phase (OpCounter), dense and X-MoD (and --ref's); no timing
 # -----------------------------------------------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
 VOCAB = 84
@@ -125,15 +135,143 @@ class NanoGPTRef(nn.Module):
         return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
 
+# Allocations launch no kernel: the op counter leaves them out, as it leaves out views (ops that alias their input:
+# view, expand, transpose, select, detach, ...; OpOverload.is_view).
+ALLOCATIONS = ('empty', 'empty_like', 'empty_strided', 'new_empty', 'new_empty_strided')
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the backend (aten) ops that run while it is on, below autograd, so a backward's ops count as they run:
+    views and allocations left out, every other op once (`_unsafe_view`, a reshape of a fresh tensor, counts: the
+    review that set the goals counted it). On a GPU nearly each is a kernel launch, which bounds a small model's
+    step: a proxy for launches that a CPU measures exactly, the same on every machine. `ops` the total, `by_op` per
+    op name, `syncs` the host reads of a tensor's value (item, int(), tolist, nonzero): on a GPU each waits for
+    every kernel queued before it."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops, self.syncs, self.by_op = 0, 0, collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._opname
+        if name in ('_local_scalar_dense', 'nonzero'):
+            self.syncs += 1
+        elif not func.is_view and name not in ALLOCATIONS:
+            self.ops += 1
+            self.by_op[name] += 1
+        return func(*args, **(kwargs or {}))
+
+    def __enter__(self):
+        # tolist reads the values below the dispatcher (no op to see): count it here
+        self.tolist = torch.Tensor.tolist
+
+        def tolist(t):
+            self.syncs += 1
+            return self.tolist(t)
+        torch.Tensor.tolist = tolist
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.Tensor.tolist = self.tolist
+        return super().__exit__(*exc)
+
+
+def phase_ops(mx, gptconf, B=2):
+    """The backend ops (OpCounter) of each phase of model gptconf, built by mx (xmod, or xmod.py at a git ref: --ref),
+    on a (B, block_size) batch: 'forward' and 'backward' of a training step (top-k, return_aux, as train.py; the
+    optimizer and the calibration apart), and, in eval mode without gradients as train.py's evaluation runs them,
+    'eval_causal' and 'eval_topk' (a forward in each routing) and 'stats_causal', 'stats_topk' (its routing_stats);
+    'syncs_causal', the syncs of the causal forward, 'syncs_topk' of the top-k one, 'syncs_train' of the training
+    step's forward and backward. Each is counted on its second run (the first causal forward
+    checks the calibration once). The fast path's counts do not depend on the data, only on the shapes."""
+    torch.manual_seed(0)
+    m = mx.GPT(gptconf)
+    g = torch.Generator().manual_seed(0)
+    x, y = (torch.randint(0, gptconf.vocab_size, (B, gptconf.block_size), generator=g) for _ in range(2))
+    m.calibrate([m(x, y, return_aux=True)[2]['layers']])
+    out = {}
+    for _ in range(2):
+        m.zero_grad(set_to_none=True)         # as train.py's optimizer does: no gradient to accumulate into
+        with OpCounter() as fwd:
+            _, loss, _ = m(x, y, return_aux=True)
+        with OpCounter() as bwd:
+            loss.backward()
+    out.update(forward=fwd.ops, backward=bwd.ops, syncs_train=fwd.syncs + bwd.syncs)
+    m.eval()
+    with torch.no_grad():
+        for routing in ('causal', 'topk'):
+            for _ in range(2):
+                with OpCounter() as ev:
+                    _, _, aux = m(x, y, routing=routing, return_aux=True)
+                with OpCounter() as st:
+                    mx.routing_stats(m, aux['layers'], routing)
+            out.update({f'eval_{routing}': ev.ops, f'stats_{routing}': st.ops, f'syncs_{routing}': ev.syncs})
+    return out
+
+
+def ops_table(versions, cfg, Ts):
+    """--ops=True: each phase's ops (phase_ops) of dense and X-MoD, and their ratio, per T and per version of
+    xmod.py (versions: (label, module)). Returns the rows."""
+    rows = []
+    print(f"backend ops per phase (bench.OpCounter: below autograd, views and allocations left out), batch 2, "
+          f"n_embd {cfg.n_embd}, xmod stride {cfg.stride} FLOP-matched to {cfg.dense_layers} dense layers")
+    print("| xmod.py | T | model | forward | backward | train step | ratio | eval causal | ratio | its stats "
+          "| syncs | eval top-k | its stats |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for T in Ts:
+        for label, mx in versions:
+            dense, sparse = model_configs(mx, cfg, T)
+            got = {name: phase_ops(mx, c) for name, c in (('dense', dense), ('xmod', sparse))}
+            for name, n in got.items():
+                d = got['dense']
+                n['train'] = n['forward'] + n['backward']
+                row = dict(version=label, T=T, model=name, stride=cfg.stride if name == 'xmod' else None, **n,
+                           train_ratio=round(n['train'] / (d['forward'] + d['backward']), 3),
+                           causal_ratio=round(n['eval_causal'] / d['eval_causal'], 3))
+                rows.append(row)
+                print(f"| {label} | {T} | {name} | {n['forward']:,} | {n['backward']:,} | {n['train']:,} | "
+                      f"{row['train_ratio']:.2f} | {n['eval_causal']:,} | {row['causal_ratio']:.2f} | "
+                      f"{n['stats_causal']:,} | {n['syncs_causal']} | {n['eval_topk']:,} | {n['stats_topk']:,} |",
+                      flush=True)
+    return rows
+
+
+def model_configs(mx, cfg, T):
+    """The dense model and X-MoD FLOP-matched to it at context T, as module mx builds them."""
+    try:
+        dense = mx.GPTConfig(n_layer=cfg.dense_layers, n_embd=cfg.n_embd, n_head=cfg.n_head, block_size=T,
+                             vocab_size=VOCAB)
+        return dense, mx.match_flops(dense, 'xmod', stride=cfg.stride, capacity=cfg.capacity)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def xmod_at(ref):
+    """xmod.py as it is at git ref `ref` (a branch, tag or commit of this repository), imported as a module of its
+    own: --ref measures it beside the working tree's."""
+    root = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run(['git', '-C', root, 'show', f'{ref}:xmod.py'], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise UserError(f"--ref={ref}: git show {ref}:xmod.py failed: {one_line(r.stderr.strip() or 'no output')}")
+    path = os.path.join(tempfile.mkdtemp(prefix='xmod_ref_'), 'xmod_ref.py')
+    with open(path, 'w') as f:
+        f.write(r.stdout)
+    spec = importlib.util.spec_from_file_location(f'xmod_at_{len(sys.modules)}', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def sync(dev):
     if dev.startswith('cuda'):
         torch.cuda.synchronize()
 
 
-def calibrated(gptconf, dev, x):
-    """The model with its causal thresholds calibrated on one batch, so causal routing takes about c of it."""
+def calibrated(gptconf, dev, x, mx=xmod):
+    """The model (mx.GPT: xmod's, or --ref's) with its causal thresholds calibrated on one batch, so causal routing
+    takes about c of it."""
     torch.manual_seed(0)
-    m = GPT(gptconf).to(dev)
+    m = mx.GPT(gptconf).to(dev)
     if gptconf.model in ('mod', 'xmod'):
         m.calibrate([m(x, x, return_aux=True)[2]['layers']])
     return m
@@ -144,12 +282,12 @@ def timer(phase, model, fwd, x, y, opt, ctx, dev, cfg):
     def train():
         for _ in range(cfg.steps):
             with torch.profiler.record_function('forward'), ctx:     # --profile: each part's time per step
-                out = fwd(x, y, return_aux=True) if isinstance(model, GPT) else fwd(x, y)
+                out = fwd(x, y) if isinstance(model, NanoGPTRef) else fwd(x, y, return_aux=True)
             opt.zero_grad(set_to_none=True)
             with torch.profiler.record_function('backward'):
                 out[1].backward()
             with torch.profiler.record_function('optimizer'):
-                if isinstance(model, GPT):
+                if not isinstance(model, NanoGPTRef):
                     model.calibrate([out[2]['layers']])
                 opt.step()
         return cfg.steps * x.numel()
@@ -177,6 +315,26 @@ def timer(phase, model, fwd, x, y, opt, ctx, dev, cfg):
         sync(dev)
         return time.perf_counter() - t0, tokens
     return measure
+
+
+def sync_share(measure):
+    """The fraction of one more, untimed measurement's time that the host spent in tolist, waiting: causal
+    routing's one sync per routed layer (xmod.py, forward_fast_causal). On a GPU the host waits there for every
+    kernel queued before it, and launches nothing meanwhile; where launching bounds the step, that wait is what the
+    syncs cost. On a CPU nothing is queued: about 0."""
+    waited, plain = [0.0], torch.Tensor.tolist
+
+    def tolist(t):
+        t0 = time.perf_counter()
+        out = plain(t)
+        waited[0] += time.perf_counter() - t0
+        return out
+    torch.Tensor.tolist = tolist
+    try:
+        seconds, _ = measure()
+    finally:
+        torch.Tensor.tolist = plain
+    return waited[0] / seconds
 
 
 def aten_calls(measure, units):
@@ -217,7 +375,7 @@ def layer_timer(m, l, x, routing, cfg, dev):
 def optimizer(m, dev):
     """What train.py steps with: GPT.configure_optimizers; the nanoGPT-shaped reference gets plain AdamW, as nanoGPT
     does on a CPU."""
-    if isinstance(m, GPT):
+    if not isinstance(m, NanoGPTRef):
         return m.configure_optimizers(0.1, 1e-4, (0.9, 0.95), dev.split(':')[0])
     return torch.optim.AdamW(m.parameters(), lr=1e-4)
 
@@ -315,7 +473,7 @@ def row_of(r, group, peak):
         ref = [q for q in group if q['model'] == model and q['impl'] == impl and q.get('times')]
         return r['tokens_per_s'] / statistics.median(ref[0]['times']) if ref else None
     vs = ratio(*r['ref'])
-    vs_same = ratio('same_depth') if r['phase'].startswith('decode') else None
+    vs_same = ratio('same_depth' + r.get('at', '')) if r['phase'].startswith('decode') else None
     row = dict(model=r['model'], stride=r['stride'], impl=r['impl'], T=r['T'], phase=r['phase'],
                tokens_per_s=round(r['tokens_per_s'], 1), ratio_vs_dense=vs and round(vs, 3),
                against=' '.join(r['ref']), aten_calls=r.get('aten_calls'), rounds=len(r['times']))
@@ -323,6 +481,8 @@ def row_of(r, group, peak):
         row['ratio_vs_same_depth_dense'] = vs_same and round(vs_same, 3)
     if r['mem'] is not None:
         row['mem_MB'] = round(r['mem'] / 2 ** 20, 1)
+    if 'sync_share' in r:
+        row['sync_share'] = round(r['sync_share'], 4)
     return row, vs, vs_same, model_flops(r, row, peak)
 
 
@@ -362,37 +522,44 @@ def bench(argv):
             write_json(cfg.json, rows)
         return 0
 
-    rows = []                     # dicts: model, stride, impl, T, phase, measure, ref
+    versions = [('working tree', xmod)] + ([(cfg.ref, xmod_at(cfg.ref))] if cfg.ref else [])
+    if cfg.ops:
+        rows = ops_table(versions, cfg, Ts)
+        if cfg.json:
+            write_json(cfg.json, rows)
+        return 0
+
+    # dicts: model, stride, impl, T, phase, measure, ref (the model and impl its ratio is against), group (the rows
+    # whose rounds interleave: --ref's rows join the working tree's)
+    rows = []
     for T in Ts:
         B = cfg.batch_size or max(1, cfg.tokens_per_step // T)
         g = torch.Generator().manual_seed(0)
         x = torch.randint(0, VOCAB, (B, T), generator=g).to(dev)
         y = torch.randint(0, VOCAB, (B, T), generator=g).to(dev)
-        try:
-            dense = GPTConfig(n_layer=cfg.dense_layers, n_embd=cfg.n_embd, n_head=cfg.n_head,
-                              block_size=T, vocab_size=VOCAB)
-            sparse = match_flops(dense, 'xmod', stride=cfg.stride, capacity=cfg.capacity)
-        except ValueError as e:
-            raise UserError(str(e)) from None
-        same_depth = replace(dense, n_layer=sparse.n_layer)
-        models = {'dense': dense, 'xmod': sparse, 'same_depth': same_depth}
+        dense, sparse = model_configs(xmod, cfg, T)
         for phase in wanted:
             decode = phase.startswith('decode')
             if decode and T < cfg.prompt + cfg.new_tokens:
                 continue                                   # the window would slide: not what decode measures
-            for name, gptconf in models.items():
-                if name == 'same_depth' and not decode:
-                    continue
-                for impl in ['eager'] + (['compiled'] if cfg.compile and not decode else []):
-                    m = calibrated(gptconf, dev, x)
-                    if decode:
-                        m.eval()
-                    fwd = torch.compile(m, fullgraph=True) if impl == 'compiled' else m
-                    opt = optimizer(m, dev) if phase == 'train' else None
-                    rows.append(dict(model=name, stride=gptconf.stride if name == 'xmod' else None, impl=impl, T=T,
-                                     phase=phase, ref=('dense', impl), fpt=flops_per_token(gptconf, T, B),
-                                     measure=timer(phase, m, fwd, x, y, opt, ctx, dev, cfg),
-                                     mem=saved_bytes(m, x, y) if phase == 'train' and impl == 'eager' else None))
+            for version, mx in versions:
+                at = '' if mx is xmod else f'@{version}'   # --ref's models: dense@REF, xmod@REF, same_depth@REF
+                d, sp = model_configs(mx, cfg, T)
+                models = {'dense': d, 'xmod': sp, 'same_depth': replace(d, n_layer=sp.n_layer)}
+                for name, gptconf in models.items():
+                    if name == 'same_depth' and not decode:
+                        continue
+                    for impl in ['eager'] + (['compiled'] if cfg.compile and not decode else []):
+                        m = calibrated(gptconf, dev, x, mx)
+                        if decode:
+                            m.eval()
+                        fwd = torch.compile(m, fullgraph=True) if impl == 'compiled' else m
+                        opt = optimizer(m, dev) if phase == 'train' else None
+                        rows.append(dict(model=name + at, stride=gptconf.stride if name == 'xmod' else None,
+                                         impl=impl, T=T, phase=phase, ref=('dense' + at, impl), group=('dense', impl),
+                                         at=at, fpt=mx.flops_per_token(gptconf, T, B),
+                                         measure=timer(phase, m, fwd, x, y, opt, ctx, dev, cfg),
+                                         mem=saved_bytes(m, x, y) if phase == 'train' and impl == 'eager' else None))
         moe = replace(dense, model='moe')
         if cfg.extras and 'train' in wanted:          # the MoE's whole model at every T: its goal is "at every T"
             for impl in ('fast', 'naive'):
@@ -413,7 +580,7 @@ def bench(argv):
     if cfg.extras and 'train' in wanted:             # nanoGPT's CPU recipe shape: 4 x 128, batch 12 x 64
         g = torch.Generator().manual_seed(1)
         xr, yr = (torch.randint(0, VOCAB, (12, 64), generator=g).to(dev) for _ in range(2))
-        ours = calibrated(GPTConfig(n_layer=4, n_embd=128, n_head=4, block_size=64, vocab_size=VOCAB), dev, xr)
+        ours = calibrated(xmod.GPTConfig(n_layer=4, n_embd=128, n_head=4, block_size=64, vocab_size=VOCAB), dev, xr)
         torch.manual_seed(0)
         ref = NanoGPTRef(4, 128, 4, 64, VOCAB).to(dev)
         for name, m in (('dense_4x128', ours), ('nanogpt_ref', ref)):
@@ -427,7 +594,7 @@ def bench(argv):
     # does not finish, its own row).
     groups = {}
     for r in rows:
-        groups.setdefault((r['T'], r['phase'], r['ref']), []).append(r)
+        groups.setdefault((r['T'], r['phase'], r.get('group', r['ref'])), []).append(r)
     peak = device_peak_tflops(dev, cfg.dtype, cfg.peak_tflops)
     out, mfu_lines = [], []
     print(f"device {dev} {cfg.dtype}, {torch.get_num_threads()} threads, n_embd {cfg.n_embd}, xmod stride "
@@ -452,6 +619,8 @@ def bench(argv):
         for r in group:
             r['aten_calls'], r['prof'] = aten_calls(r['measure'], cfg.new_tokens if r['phase'].startswith('decode')
                                                     else cfg.steps)
+            if r['phase'] == 'eval_causal':
+                r['sync_share'] = sync_share(r['measure'])
         for r in group:
             row, vs, vs_same, line = row_of(r, group, peak)
             mfu_lines += [line] if line else []
@@ -463,6 +632,10 @@ def bench(argv):
                   f"{fmt(vs_same)} | {row.get('mem_MB', '-')} | {row['aten_calls']:,} |", flush=True)
         if cfg.json:
             write_json(cfg.json, out)
+    waits = [r['row'] for group in groups.values() for r in group if 'sync_share' in r['row']]
+    if waits:
+        print("\nthe host's wait in syncs (causal routing's one per routed layer), a share of the causal forward's "
+              "time: " + ', '.join(f"{w['model']} {w['impl']} T={w['T']} {w['sync_share']:.1%}" for w in waits))
     if mfu_lines:
         print(f"\nmodel FLOP/s (forward FLOPs/token x 3 for train, x 1 for eval) and MFU against "
               f"{f'{peak:g} TFLOP/s' if peak else 'no known peak (--peak_tflops)'}")

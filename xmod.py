@@ -295,19 +295,24 @@ class Block(nn.Module):
 
     def forward(self, x, pos, routing='topk', cache=None):
         """Every token, in either routing mode. Every layer of GPT is called the same way, x, aux =
-        layer(x, pos, routing, cache); aux is what the MLP reports (None from a dense one). cache:
-        generation's (Attention.forward), the prompt in one pass or one new token."""
+        layer(x, pos, routing, cache) (a routed layer also takes its router's weights, computed
+        with every other router's: GPT.shared_routers); aux is what the MLP reports (None from a
+        dense one). cache: generation's (Attention.forward), the prompt in one pass or one new
+        token."""
         a = self.attn(self.ln_1(x), pos, cache)
         m, aux = self.mlp(self.ln_2(x + a), routing)
         return x + (a + m), aux
 
-    def delta(self, x, pos, cache=None, slots=None, seqs=None):
+    def delta(self, x, pos, cache=None, slots=None, seqs=None, xhat=None):
         """The update f(x) alone, for a routed layer's selected tokens x (B, k, C) at positions pos.
         slots (n,): the MLP runs on these rows of the flattened (B*k, C) only, packed, and f is (n,
         C) (causal routing's real slots: attention needs each sequence's tokens side by side, the
         MLP, 2/3 of the FLOPs, needs no neighbours). cache and seqs: generation's, as
-        Attention.forward takes them."""
-        a = self.attn(self.ln_1(x), pos, cache, seqs)                     # (B, k, C)
+        Attention.forward takes them. xhat: rms_norm(x), when the caller has it already (the fast
+        path's router normalised every token: RoutedBlock.forward); ln_1's weight times it is
+        ln_1(x), bit for bit, one multiply instead of ln_1's six ops."""
+        h = self.ln_1(x) if xhat is None else xhat * self.ln_1.weight
+        a = self.attn(h, pos, cache, seqs)                                  # (B, k, C)
         if slots is not None:
             x, a = x.flatten(0, 1)[slots], a.flatten(0, 1)[slots]           # (n, C) each
         return a + self.mlp(self.ln_2(x + a))[0]
@@ -323,7 +328,8 @@ def topk_cut(scores, k):
     -> cut (...), order (..., k): the top k's indices, highest score first."""
     n = scores.size(-1)
     top, order = torch.topk(scores, min(k + 1, n), dim=-1)             # (..., k+1), highest first
-    cut = (top[..., k - 1] + top[..., k]) / 2 if k < n else top[..., -1] - 1.0
+    # the mean of the k-th and (k+1)-th: (a + b) / 2 in one op, bit for bit
+    cut = top[..., k - 1:k + 1].mean(-1) if k < n else top[..., -1] - 1.0
     return cut, order[..., :k]
 
 
@@ -347,8 +353,13 @@ class RoutedAux(NamedTuple):
     routing_stats into the log."""
     scores: torch.Tensor                       # (B, T) router scores r, float32
     mask: torch.Tensor                         # (B, T) bool: the tokens the layer took
-    centred: Optional[torch.Tensor] = None     # (B, T) top-k only: r - cut, > 0 exactly where taken
-    cut: Optional[torch.Tensor] = None         # (B,) top-k only: each sequence's cut (topk_cut)
+    cut: Optional[torch.Tensor] = None         # (B,) top-k only: each sequence's cut (topk_cut),
+                                               # without gradient (GPT.aux_losses cuts with it)
+
+    @property
+    def centred(self):
+        """(B, T) top-k only: r - cut, > 0 exactly where taken (None in causal mode)."""
+        return None if self.cut is None else self.scores - self.cut.unsqueeze(1)
 
 
 class RoutedBlock(nn.Module):
@@ -369,35 +380,43 @@ class RoutedBlock(nn.Module):
         self.block = Block(config)
         self.router = Router(config, layer_idx)
 
-    def forward(self, x, pos, routing='topk', cache=None):
+    def forward(self, x, pos, routing='topk', cache=None, shared=None):
         """x (B, T, C) -> x, aux: a RoutedAux, this layer's scores and selection, in top-k mode also
-        the scores centred on each sequence's cut (the router's BCE, depth balancing). cache
+        each sequence's cut (the scores centred on it: the router's BCE, depth balancing). cache
         (generation, causal routing; GPT.forward refuses it with top-k): the prompt in one pass
         fills it with the tokens taken, on the fast path whatever impl (the naive loop keeps no
-        cache); once filled, x (B, 1, C) is each sequence's next token."""
+        cache); once filled, x (B, 1, C) is each sequence's next token. shared: this router's unit
+        weight and threshold (either None), as GPT.shared_routers computed them with every other
+        router's (the fast path); None: the router computes its own."""
         B, T, C = x.size()
-        r = self.router(x, pos)                                             # (B, T)
+        unit, thr = shared if shared is not None else (None, None)
+        if thr is None and (routing == 'causal' or self.router.calibrated):
+            thr = self.router.threshold()
+        # (B, T) scores; xhat (B, T, C) the normalised input they were scored on (variance gate)
+        r, xhat = self.router(x, pos, unit, True)
         if cache is not None and cache.prefilled:
-            mask = r > self.router.threshold()                              # (B, 1)
+            mask = r > thr                                                  # (B, 1)
             return self.forward_step(x, pos, r, mask, cache), RoutedAux(r, mask)
-        w = self.router.gate(r)                                             # (B, T)
+        w = self.router.gate(r, thr)                                        # (B, T)
         if routing == 'topk':
-            taken, mask, cut = route_topk(r, routed_k(self.capacity, T))
+            # the selection needs no gradient: the cut's, through the scores, GPT.aux_losses takes
+            # with every routed layer's at once
+            taken, mask, cut = route_topk(r.detach(), routed_k(self.capacity, T))
             # The router learns to predict its own top-k choice from the token alone (for causal
             # routing): this sequence's own mask is the target of its BCE, whose logits are the
             # scores centred on this sequence's own cut, or the raw scores (bce_logits;
             # GPT.aux_losses, all routed layers in one call); sigmoid(centred) is its soft choice,
             # for depth balancing.
-            aux = RoutedAux(r, mask, centred=r - cut.unsqueeze(1), cut=cut)
+            aux = RoutedAux(r, mask, cut=cut)
         else:
-            taken, mask = None, r > self.router.threshold()       # causal: token i's own score only
+            taken, mask = None, r > thr                           # causal: token i's own score only
             aux = RoutedAux(r, mask)
         if self.impl == 'naive' and cache is None:
             x = self.forward_naive(x, mask, w)
         elif routing == 'topk':
             x = self.forward_fast(x, taken, w)
         else:
-            x = self.forward_fast_causal(x, mask, w, cache)
+            x = self.forward_fast_causal(x, mask, w, cache, xhat)
         return x, aux
 
     def forward_naive(self, x, mask, w):
@@ -422,17 +441,20 @@ class RoutedBlock(nn.Module):
         joins the residual stream in x's dtype."""
         C = x.size(-1)
         index = taken.unsqueeze(-1).expand(-1, -1, C)           # (B, k, C)
-        xs = torch.gather(x, 1, index)                          # (B, k, C)
+        # one gather for the tokens and their gates, side by side (B, T, C+1): its backward is one
+        # scatter, not two, and the split's one cat
+        xw = torch.cat([x, w.unsqueeze(-1).to(x.dtype)], dim=-1)
+        xs, ws = torch.gather(xw, 1, taken.unsqueeze(-1).expand(-1, -1, C + 1)).split([C, 1], dim=-1)
         f = self.block.delta(xs, taken)                         # (B, k, C); RoPE at their positions
-        ws = torch.gather(w, 1, taken).unsqueeze(-1)            # (B, k, 1)
         return torch.scatter_add(x, 1, index, (ws * f).to(x.dtype))
 
-    def forward_fast_causal(self, x, mask, w, cache=None):
+    def forward_fast_causal(self, x, mask, w, cache=None, xhat=None):
         """Causal routing at the cost of the tokens taken: each sequence's taken tokens, gathered to
         the front in order and padded to the batch's largest count k_max, go through attention at
         their original positions; the MLP runs on the real slots of the whole batch packed together
         (n, their sum, not B * k_max); their gated update is added back onto their rows. cache
-        (prefill) keeps the real slots only."""
+        (prefill) keeps the real slots only. xhat: the router's rms_norm(x) (B, T, C), reused as
+        ln_1's (Block.delta), or None."""
         B, T, C = x.size()
         counts = mask.sum(1)                                      # (B,) tokens taken per sequence
         # k_max and n are the sizes read from the data (one host sync): torch.compile keeps them in
@@ -442,25 +464,34 @@ class RoutedBlock(nn.Module):
         # least 2 (where T allows): CUDA's attention dispatch asks whether the length is 1, a
         # question about an unbacked size that breaks the graph; with k_max >= 2 it is answered.
         # Padding slots sit after the real ones, so under the causal mask they change no real slot.
+        # The bounds are applied to the Python ints (sym_max), not as two more ops before the sync.
         lo = min(2, T)
-        k_max, n = torch.stack([counts.max().clamp_min(lo), counts.sum().clamp_min(1)]).tolist()
+        k_max, n = torch.stack([counts.max(), counts.sum()]).tolist()
+        k_max, n = torch.sym_max(k_max, lo), torch.sym_max(n, 1)
         torch._check(k_max >= lo)
         torch._check(k_max <= T)
         torch._check(n >= 1)
         torch._check(n <= B * k_max)
-        first = torch.where(mask, 0, T) + torch.arange(T, device=x.device)  # taken sort first
-        taken = first.argsort(dim=1)[:, :k_max]                   # (B, k_max) positions, ascending
-        real = torch.arange(k_max, device=x.device) < counts.unsqueeze(1)  # (B, k_max)
-        slots = real.logical_not().flatten().argsort(stable=True)[:n]  # (n,) real slots, in order
-        # (n,) the real slots' rows in the flattened (B*T)
-        token = (taken + T * torch.arange(B, device=x.device).unsqueeze(1)).flatten()[slots]
-        xs = torch.gather(x, 1, taken.unsqueeze(-1).expand(-1, -1, C))  # (B, k_max, C)
+        # The bookkeeping as three stable sorts of the mask's 0/1, taken (1) first, each keeping the
+        # order of equals: of each row's mask, the taken positions ascending then the others
+        # (taken, B x k_max), its values saying which slots are real; of the real flags of the
+        # (B*k_max) slots, the real slots in order (slots, n); of the whole mask, the real tokens'
+        # rows in the flattened (B*T) in the same order (token, n), its values zero on padding.
+        taken_first = mask.to(torch.uint8)            # as bytes: CUDA sorts no bool before torch 2.6
+        real, taken = taken_first.sort(dim=1, descending=True, stable=True)
+        real, taken = real[:, :k_max], taken[:, :k_max]           # (B, k_max)
+        slots = real.flatten().sort(descending=True, stable=True).indices[:n]
+        is_real, token = taken_first.flatten().sort(descending=True, stable=True)
+        is_real, token = is_real[:n], token[:n]
+        index = taken.unsqueeze(-1).expand(-1, -1, C)
+        xs = torch.gather(x, 1, index)                            # (B, k_max, C)
+        xhat = None if xhat is None else torch.gather(xhat, 1, index)
         # plain causal attention suffices: a real slot's earlier slots are all real; what padding
         # computes is dropped. f (n, C), RoPE at the tokens' own positions
-        f = self.block.delta(xs, taken, cache=cache, slots=slots)
+        f = self.block.delta(xs, taken, cache=cache, slots=slots, xhat=xhat)
         if cache is not None:
             cache.keep(counts)                                    # the padding slots are not cached
-        ws = (w.flatten()[token] * real.flatten()[slots]).unsqueeze(-1)  # (n, 1); 0 on padding
+        ws = (w.flatten()[token] * is_real).unsqueeze(-1)         # (n, 1); 0 on padding
         return x.flatten(0, 1).index_add(0, token, (ws * f).to(x.dtype)).view(B, T, C)
 
     def forward_step(self, x, pos, r, mask, cache):
@@ -551,20 +582,26 @@ class Router(nn.Module):
         self.frozen = None      # (unit weight, threshold) while a generation runs (frozen_routers)
 
     @in_float32
-    def forward(self, x, pos=None):
+    def forward(self, x, pos=None, unit=None, normed=False):
         """x (B, T, C) at positions pos (T,) or (B, T), default 0..T-1 -> scores (B, T), in float32
         (in_float32). Only random routing reads pos: a learned score looks at the token alone. The
         variance gate normalises each token's input (RMSNorm) and the weight (unit norm), so scores
         have the same scale at every depth and use no statistics across positions (a per-batch or
-        per-sequence normalisation would leak the future into causal routing)."""
+        per-sequence normalisation would leak the future into causal routing). unit: the scoring
+        vector, when GPT.shared_routers computed it (else unit_weight()). normed=True returns
+        (scores, the normalised input rms_norm(x) (B, T, C), or None where the gate does not
+        normalise): the fast path reuses it as its block's ln_1 (RoutedBlock.forward)."""
         if self.random:
             pos = torch.arange(x.size(1), device=x.device) if pos is None else pos
             # evaluation: one fixed draw
             draw, row0 = self.draw if self.training else (EVAL_DRAW, self.draw[1])
-            return random_scores(draw, row0, self.layer_idx, x.size(0), pos)
-        if self.variance:
-            return F.linear(F.rms_norm(x, (x.size(-1),)), self.unit_weight()).squeeze(-1)
-        return F.linear(x, self.weight).squeeze(-1)
+            r, xhat = random_scores(draw, row0, self.layer_idx, x.size(0), pos), None
+        elif self.variance:
+            xhat = F.rms_norm(x, (x.size(-1),))
+            r = F.linear(xhat, self.unit_weight() if unit is None else unit).squeeze(-1)
+        else:
+            r, xhat = F.linear(x, self.weight).squeeze(-1), None
+        return (r, xhat) if normed else r
 
     def unit_weight(self):
         """The scoring vector (1, C) that forward uses: the weight, at unit norm for the variance
@@ -573,17 +610,20 @@ class Router(nn.Module):
             return self.frozen[0]
         return self.weight / self.weight.norm() if self.variance else self.weight
 
-    def gate(self, r):
-        """Multiplier on a selected token's update, with the router on the gradient path."""
+    def gate(self, r, thr=None, gain=None):
+        """Multiplier on a selected token's update, with the router on the gradient path. thr: the
+        threshold, when the caller has it (else threshold()); gain: several routers' gains (R, 1,
+        1) for their scores r (R, B, T) (routing_stats), else this router's."""
+        gain = self.gain if gain is None else gain
         if self.random:
-            return self.gain.expand_as(r)           # the control: the layer's learnable gain alone
+            return gain.expand_as(r)                # the control: the layer's learnable gain alone
         if self.calibrated:
             # the sigmoid centred on the calibrated threshold: the centred BCE leaves the scores' level
             # free, and sigmoid(r) of the taken tokens drifts to 0.9-0.999, where the gate no longer
             # moves with the score (gate_slope); at r - threshold a taken token sits on the slope
-            return self.gain * torch.sigmoid(r - self.threshold())
+            return gain * torch.sigmoid(r - (self.threshold() if thr is None else thr))
         if self.variance:
-            return self.gain * torch.sigmoid(r)   # X-MoD: g_l * sigmoid(normalised score)
+            return gain * torch.sigmoid(r)        # X-MoD: g_l * sigmoid(normalised score)
         return r                                  # MoD: the raw router weight (Raposo et al., 2024)
 
     def threshold(self):
@@ -591,7 +631,12 @@ class Router(nn.Module):
             return self.frozen[1]
         if self.random:                       # each token passes with probability c (random_scores)
             return torch.full_like(self.thr_sum, 1.0 - self.capacity)
-        return self.thr_sum / (1.0 - self.momentum ** self.thr_steps).clamp_min(1e-12)
+        return self.debiased(self.thr_sum, self.thr_steps)
+
+    def debiased(self, thr_sum, thr_steps):
+        """The threshold from the EMA's sum and steps, debiased (Adam's correction of a running
+        mean started at 0); any shape: router_thresholds hands it every router's, stacked."""
+        return thr_sum / (1.0 - self.momentum ** thr_steps).clamp_min(1e-12)
 
     @torch.no_grad()
     def update_threshold(self, r, k):
@@ -607,6 +652,16 @@ class Router(nn.Module):
         which cuts every routed layer in one batched top-k."""
         self.thr_sum.mul_(self.momentum).add_((1 - self.momentum) * cut)
         self.thr_steps.add_(1)
+
+
+def router_thresholds(routers):
+    """Every router's threshold() at once, (R,): two stacks and the EMA's debiasing over all of
+    them (Router.debiased), not four ops each; the same bits. Random or frozen routers: each
+    router's own."""
+    if routers[0].random or routers[0].frozen is not None:
+        return torch.stack([router.threshold() for router in routers])
+    return routers[0].debiased(torch.stack([router.thr_sum for router in routers]),
+                               torch.stack([router.thr_steps for router in routers]))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -790,8 +845,12 @@ class GPT(nn.Module):
         x = self.transformer.drop(self.transformer.wte(idx))          # (B, T, C)
         layers = []
         caches = cache.layers if cache is not None else [None] * len(self.transformer.h)
-        for layer, layer_cache in zip(self.transformer.h, caches):  # dense, routed and MoE alike
-            x, aux = layer(x, pos, routing, layer_cache)
+        shared = iter(self.shared_routers(routing))   # the routers' weights and thresholds, at once
+        for layer, layer_cache in zip(self.transformer.h, caches):  # dense, routed and MoE alike,
+            if layer.kind == 'routed':                              # a routed one with its router's
+                x, aux = layer(x, pos, routing, layer_cache, next(shared))
+            else:
+                x, aux = layer(x, pos, routing, layer_cache)
             layers.append(aux)
         if cache is not None:
             cache.offset += T
@@ -822,13 +881,17 @@ class GPT(nn.Module):
         moe = [a for kind, a in zip(kinds, layers) if kind == 'moe']                     # MoEAux
         losses = {}
         if routed:
-            # every routed layer at once (R, B, T): one BCE (the mean of the layers' equal-sized
-            # means) and one sigmoid, the soft choice that depth balancing sums over layers
-            centred = torch.stack([a.centred for a in routed])
+            # every routed layer at once (R, B, T): one top-k cut of every sequence of every layer,
+            # the same cuts as the layers' (RoutedAux.cut), here with their gradient; the scores
+            # centred on them; one BCE (the mean of the layers' equal-sized means) and one sigmoid,
+            # the soft choice that depth balancing sums over layers
+            scores = torch.stack([a.scores for a in routed])
+            cut, _ = topk_cut(scores, routed_k(self.config.capacity, T))              # (R, B)
+            centred = scores - cut.unsqueeze(-1)
             # the BCE's logits: centred on each sequence's cut (X-MoD, our reading: the scores'
             # level is free), or the raw scores (MoD's paper, Raposo et al. 2024: holds the level
             # near 0, and so the plain gate r)
-            logits = centred if self.config.bce_logits == 'centred' else torch.stack([a.scores for a in routed])
+            logits = centred if self.config.bce_logits == 'centred' else scores
             losses['router_bce'] = F.binary_cross_entropy_with_logits(
                 logits, torch.stack([a.mask for a in routed]).float())
             # c * R, with c as realised at T
@@ -844,6 +907,25 @@ class GPT(nn.Module):
     def routed_layers(self):
         """The routed layers (RoutedBlock), in order."""
         return [layer for layer in self.transformer.h if layer.kind == 'routed']
+
+    def shared_routers(self, routing):
+        """The fast path's fusion across layers ("routers together"): every routed layer's unit
+        weight (the variance gate's) and, where the forward reads it (causal routing, the calibrated
+        gate), its threshold, for all the routers at once: a stack and two ops over (R, 1, C)
+        instead of two ops per router (and eleven in the backward), and router_thresholds; the same
+        bits as each Router.unit_weight() and threshold(). Returns one (unit weight, threshold) per
+        routed layer, either None where the router computes its own (the naive path reads each
+        router plainly; random routing; frozen_routers has them already)."""
+        routers = [layer.router for layer in self.routed_layers()]
+        if not routers or self.config.impl == 'naive' or routers[0].frozen is not None:
+            return [None] * len(routers)
+        units = thresholds = [None] * len(routers)
+        if routers[0].variance and not routers[0].random:
+            w = torch.stack([router.weight for router in routers])             # (R, 1, C)
+            units = w / w.norm(dim=-1, keepdim=True)
+        if routing == 'causal' or routers[0].calibrated:
+            thresholds = router_thresholds(routers)                            # (R,)
+        return list(zip(units, thresholds))
 
     @torch.no_grad()
     def calibrate(self, steps_layers):
@@ -982,55 +1064,76 @@ class GPT(nn.Module):
 def routing_stats(model, layers, routing):
     """The routing statistics of one forward's `layers` (forward(..., return_aux=True)) in mode
     `routing`, as 0-dim tensors (no host sync); causal mode's names start with causal_. README,
-    "Training: what you get", lists them."""
-    stats, depth, drops, prev = {}, 0, [], None
+    "Training: what you get", lists them. Every routed layer's are computed at once, on their
+    stacked (R, B, T) scores and masks, each layer's a view of the (R,) results: a few dozen ops
+    whatever the depth, not a few dozen per layer."""
+    stats, drops = {}, []
     prefix = '' if routing == 'topk' else 'causal_'
-    for l, (layer, a) in enumerate(zip(model.transformer.h, layers)):
-        if layer.kind == 'routed':
-            r, mask = a.scores, a.mask
-            depth = depth + mask.float()                              # (B, T) realised routed depth
-            if routing == 'topk':
-                thr = layer.router.threshold()
-                std = r.std(dim=1, unbiased=False).clamp_min(1e-12)    # (B,)
-                # does the threshold pick top-k's?
-                stats[f'router_acc_{l}'] = ((r > thr) == mask).float().mean()
-                # on the tokens taken
-                gate_mean = (layer.router.gate(r) * mask).sum() / mask.sum().clamp_min(1)
-                stats[f'gate_{l}'] = layer.router.gain if layer.router.variance else gate_mean
-                stats[f'gate_mean_{l}'] = gate_mean
-                # d gate / d r on the tokens taken: near 0, the gate is saturated and the LM loss
-                # no longer teaches the router through it
-                stats[f'gate_slope_{l}'] = (gate_slope(layer.router, r) * mask).sum() / mask.sum().clamp_min(1)
-                if prev is not None:                        # overlap with the previous routed layer
-                    both, either = (mask & prev).sum(1).float(), (mask | prev).sum(1).float()
-                    stats[f'jaccard_{l}'] = (both / either.clamp_min(1)).mean()
-                stats[f'margin_{l}'] = ((a.cut - thr) / std).mean()   # cut - threshold, in stds
-                stats[f'score_std_{l}'] = std.mean()
-            else:
-                stats[f'causal_rate_{l}'] = mask.float().mean()       # against capacity c
-            prev = mask
-        elif layer.kind == 'moe':
-            # busiest expert; 1 = uniform
-            stats[f'{prefix}moe_load_max_{l}'] = a.load.max() * len(a.load)
-            drops.append(a.drop_frac)
-    if torch.is_tensor(depth):
+    routed = [(l, layer.router, a) for l, (layer, a) in enumerate(zip(model.transformer.h, layers))
+              if layer.kind == 'routed']
+    if routed:
+        ls, routers, auxs = zip(*routed)
+        mask = torch.stack([a.mask for a in auxs])                    # (R, B, T) bool
+        taken = mask.float()
+        if routing == 'topk':
+            r = torch.stack([a.scores for a in auxs])                 # (R, B, T)
+            thr = router_thresholds(routers).view(-1, 1, 1)            # (R, 1, 1)
+            gain = torch.stack([router.gain for router in routers]).view(-1, 1, 1)
+            std = r.std(dim=2, unbiased=False).clamp_min(1e-12)       # (R, B)
+            # does the threshold pick top-k's?
+            acc = ((r > thr) == mask).float().mean((1, 2))
+            n = taken.sum((1, 2)).clamp_min(1)                        # tokens taken per layer
+            # on the tokens taken
+            gate_mean = (routers[0].gate(r, thr, gain) * taken).sum((1, 2)) / n
+            # d gate / d r on the tokens taken: near 0, the gate is saturated and the LM loss no
+            # longer teaches the router through it
+            slope = (gate_slope(routers[0], r, thr, gain) * taken).sum((1, 2)) / n
+            # overlap with the previous routed layer
+            both, either = (mask[1:] & mask[:-1]).sum(2).float(), (mask[1:] | mask[:-1]).sum(2).float()
+            jaccard = (both / either.clamp_min(1)).mean(1)            # (R-1,)
+            # cut - threshold, in stds
+            margin = ((torch.stack([a.cut for a in auxs]) - thr.view(-1, 1)) / std).mean(1)
+            score_std = std.mean(1)
+            for i, (l, router) in enumerate(zip(ls, routers)):
+                stats[f'router_acc_{l}'] = acc[i]
+                stats[f'gate_{l}'] = router.gain if router.variance else gate_mean[i]
+                stats[f'gate_mean_{l}'] = gate_mean[i]
+                stats[f'gate_slope_{l}'] = slope[i]
+                if i > 0:
+                    stats[f'jaccard_{l}'] = jaccard[i - 1]
+                stats[f'margin_{l}'] = margin[i]
+                stats[f'score_std_{l}'] = score_std[i]
+        else:
+            rate = taken.mean((1, 2))                                 # against capacity c
+            for i, l in enumerate(ls):
+                stats[f'causal_rate_{l}'] = rate[i]
+        depth = taken.sum(0)                                          # (B, T) realised routed depth
         if routing == 'causal':
             stats['causal_depth_mean'] = depth.mean()
         stats[prefix + 'depth_std'] = depth.std(unbiased=False)
         # tokens no routed layer took
         stats[prefix + 'untouched_frac'] = (depth == 0).float().mean()
+    for l, (layer, a) in enumerate(zip(model.transformer.h, layers)):
+        if layer.kind == 'moe':
+            # busiest expert; 1 = uniform
+            stats[f'{prefix}moe_load_max_{l}'] = a.load.max() * len(a.load)
+            drops.append(a.drop_frac)
     if drops and routing == 'topk':                             # causal routing drops nothing
         stats['moe_drop_frac'] = torch.stack(drops).mean()
     return stats
 
 
-def gate_slope(router, r):
+def gate_slope(router, r, thr=None, gain=None):
     """d gate / d r at each score r (B, T), whatever the gate's rule (Router.gate): gain * s(1 - s)
-    for a sigmoid gate, 1 for the plain gate, 0 for random routing's."""
-    with torch.enable_grad():
-        r = r.detach().requires_grad_()
-        slope, = torch.autograd.grad(router.gate(r).sum(), r, allow_unused=True)
-    return torch.zeros_like(r) if slope is None else slope
+    for a sigmoid gate s, 1 for the plain gate, 0 for random routing's; in the order autograd
+    computes it (sigmoid's backward: grad * (1 - s) * s), so bit for bit autograd's. thr and gain:
+    as Router.gate takes them (routing_stats: every router's stacked, r (R, B, T))."""
+    if router.random:
+        return torch.zeros_like(r)
+    if not router.variance:
+        return torch.ones_like(r)
+    s = torch.sigmoid(r - (router.threshold() if thr is None else thr) if router.calibrated else r)
+    return (router.gain if gain is None else gain) * (1 - s) * s
 
 
 # --------------------------------------------------------------------------------------------------

@@ -276,7 +276,7 @@ def test_full_capacity_with_unit_gate_is_a_dense_block(impl):
     torch.manual_seed(0)
     m = GPT(tiny('xmod', impl=impl, n_layer=2, capacity=1.0)).eval()
     layer = routed_layers(m)[0]
-    layer.router.gate = lambda r: torch.ones_like(r)
+    layer.router.gate = lambda r, thr=None: torch.ones_like(r)
     x = torch.randn(2, 32, 32)
     out, _ = layer(x, torch.arange(32))
     with torch.no_grad():
@@ -338,6 +338,36 @@ def test_gate_slope_is_logged_per_routed_layer(gate, router):
             s = torch.sigmoid(a.scores - (rt.threshold() if gate == 'calibrated' else 0.0))
             want = (rt.gain * s * (1 - s))[a.mask].mean()
         assert abs(stats[f'gate_slope_{l}'].item() - want.item()) < 1e-6
+
+
+@pytest.mark.parametrize('gate,router', [('variance', 'learned'), ('calibrated', 'learned'), ('plain', 'learned'),
+                                         ('variance', 'random')])
+def test_gate_slope_is_autograds_derivative_bit_for_bit(gate, router):
+    """gate_slope is the gate's derivative in closed form (routing_stats, no autograd.grad per layer): the same bits
+    as autograd's, for every gate."""
+    torch.manual_seed(0)
+    rt = Router(tiny('xmod', gate=gate, router=router))
+    rt.add_cut(torch.tensor(0.3))
+    r = torch.randn(3, 40) * 3
+    rr = r.clone().requires_grad_()
+    slope, = torch.autograd.grad(rt.gate(rr).sum(), rr, allow_unused=True)
+    assert torch.equal(gate_slope(rt, r), torch.zeros_like(r) if slope is None else slope)
+
+
+@pytest.mark.parametrize('gate', ['variance', 'calibrated', 'plain'])
+def test_shared_routers_are_each_routers_own_bit_for_bit(gate):
+    """The fast path computes every router's unit weight and threshold at once (GPT.shared_routers): each is what the
+    router computes alone, bit for bit; the naive path and frozen routers compute their own."""
+    torch.manual_seed(0)
+    m = GPT(tiny('xmod', gate=gate, n_layer=8, stride=4))
+    for step in range(3):
+        m.calibrate([m(*batch(2, 32, seed=step), return_aux=True)[2]['layers']])
+    shared = m.shared_routers('causal')
+    assert len(shared) == len(m.routed_layers()) == 6
+    for (unit, thr), layer in zip(shared, m.routed_layers()):
+        assert torch.equal(thr, layer.router.threshold())
+        assert torch.equal(unit, layer.router.unit_weight()) if gate != 'plain' else unit is None
+    assert all(s is None for s in GPT(tiny('xmod', impl='naive')).shared_routers('causal'))
 
 
 @pytest.mark.parametrize('impl', ['fast', 'naive'])
