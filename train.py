@@ -174,6 +174,10 @@ def check_config(cfg, world_size):
          f"--learning_rate={cfg.learning_rate:g} is below --min_lr={cfg.min_lr:g}: the decay would "
          f"rise {cfg.min_lr / cfg.learning_rate:.3g}x; set --min_lr too (about learning_rate/10)")
     need(0 <= cfg.beta1 < 1 and 0 <= cfg.beta2 < 1, "--beta1 and --beta2: expected [0, 1)")
+    need(not cfg.cuda_graphs or cfg.gradient_accumulation_steps // world_size == 1,
+         f"--cuda_graphs=True with --gradient_accumulation_steps={cfg.gradient_accumulation_steps} "
+         f"({cfg.gradient_accumulation_steps // world_size} micro-batches per step): gradients summed "
+         f"across CUDA-graph replays are not sound; raise --batch_size instead, or leave cuda_graphs off")
     need(cfg.gradient_accumulation_steps % world_size == 0,
          f"--gradient_accumulation_steps={cfg.gradient_accumulation_steps} is not a multiple of "
          f"the world size {world_size}: it counts micro-batches over all ranks, each runs a share")

@@ -523,6 +523,9 @@ def bad_train(capsys, tmp_path):
     (['--threads=-1'], ('--threads=-1', '>= 0')),
     (['--device=cpu', '--compile=True', '--cuda_graphs=True'], ('--cuda_graphs=True', 'CUDA device', 'here cpu')),
     (['--device=cpu', '--cuda_graphs=True'], ('--cuda_graphs=True', '--compile=True')),
+    # what a CUDA user hits too: the accumulation is refused before the device is looked at
+    (['--device=cpu', '--compile=True', '--cuda_graphs=True', '--gradient_accumulation_steps=2'],
+     ('--cuda_graphs=True with --gradient_accumulation_steps=2', 'not sound', '--batch_size')),
 ])
 def test_bad_arguments(bad_train, args, needles):
     bad_train(args, *needles)
