@@ -10,8 +10,10 @@ import contextlib
 import csv
 import dataclasses
 import fcntl
+import hashlib
 import json
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -127,6 +129,18 @@ def running_elsewhere(out_dir):
     if fd is not None:
         os.close(fd)
     return False
+
+
+def git_state(root):
+    """What code ran, for run.json: git_commit, git_dirty (tracked files differ from it) and git_diff_sha256 (the
+    sha256 of `git diff HEAD`'s output when dirty, else ''); '', None and '' outside a git checkout."""
+    try:
+        commit, diff = (subprocess.run(['git', '-C', root, *args], capture_output=True, timeout=30, check=True).stdout
+                        for args in (['rev-parse', 'HEAD'], ['diff', 'HEAD']))
+    except (OSError, subprocess.SubprocessError):
+        return {'git_commit': '', 'git_dirty': None, 'git_diff_sha256': ''}
+    return {'git_commit': commit.decode().strip(), 'git_dirty': bool(diff),
+            'git_diff_sha256': hashlib.sha256(diff).hexdigest() if diff else ''}
 
 
 def clean_state_dict(state):

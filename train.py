@@ -27,7 +27,6 @@ import math
 import os
 import pickle
 import random
-import subprocess
 import sys
 import time
 import types
@@ -327,14 +326,6 @@ def set_rng_state(s):
         torch.cuda.set_rng_state_all(s['cuda'])
 
 
-def git_commit():
-    try:
-        r = subprocess.run(['git', '-C', ROOT, 'rev-parse', 'HEAD'], capture_output=True, text=True, timeout=10)
-        return r.stdout.strip() if r.returncode == 0 else ''
-    except (OSError, subprocess.SubprocessError):
-        return ''
-
-
 # --------------------------------------------------------------------------------------------------
 # data, schedule, evaluation
 
@@ -516,7 +507,7 @@ def train(argv, locks):
             'model_config': dataclasses.asdict(mcfg), 'layout': layout,
             'params_total': params_total, 'params_active': params_active, 'flops_per_token': fpt,
             'tokens_per_iter': tokens_per_iter, 'n_iters': n_iters, 'world_size': world_size,
-            'seed': cfg.seed, 'git_commit': git_commit(), 'torch_version': torch.__version__,
+            'seed': cfg.seed, **run_folder.git_state(ROOT), 'torch_version': torch.__version__,
             'device': dev, 'dtype': dtype, 'finished': False, 'final': None}
     if branch:
         info['branch_of'] = branch

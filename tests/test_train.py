@@ -34,7 +34,8 @@ from conftest import (
 
 LOSS_COLUMNS = ('train_loss', 'val_loss', 'val_loss_causal')
 RUN_JSON_KEYS = ('config', 'model_config', 'layout', 'params_total', 'params_active', 'flops_per_token',
-                 'tokens_per_iter', 'seed', 'git_commit', 'torch_version', 'device', 'finished', 'final')
+                 'tokens_per_iter', 'seed', 'git_commit', 'git_dirty', 'git_diff_sha256', 'torch_version', 'device',
+                 'finished', 'final')
 
 
 def open_bytes(path):
@@ -410,6 +411,28 @@ def test_accumulation_equals_one_big_batch(corpus, tmp_path, router):
     r = run(TRAIN, *base, '--batch_size=4', '--gradient_accumulation_steps=4', f'--out_dir={four}')
     assert r.returncode == 0, r.stderr
     assert_same_losses(one, four, ('train_loss', 'val_loss', 'val_loss_causal'), 1e-5)
+
+
+def test_run_json_says_what_code_ran(tmp_path):
+    """git_state: the commit, and whether tracked files differ from it with the sha256 of `git diff HEAD` (an
+    untracked file is not the code that ran differently); outside a checkout, '' / None / ''."""
+    import hashlib
+
+    def git(*args):
+        return subprocess.run(['git', '-C', str(tmp_path), '-c', 'user.name=t', '-c', 'user.email=t@t', *args],
+                              capture_output=True, check=True).stdout
+    assert run_folder.git_state(str(tmp_path)) == {'git_commit': '', 'git_dirty': None, 'git_diff_sha256': ''}
+    git('init', '-q')
+    (tmp_path / 'a.py').write_text('x = 1\n')
+    git('add', 'a.py')
+    git('commit', '-qm', 'a')
+    head = git('rev-parse', 'HEAD').decode().strip()
+    (tmp_path / 'new.py').write_text('untracked\n')
+    assert run_folder.git_state(str(tmp_path)) == {'git_commit': head, 'git_dirty': False, 'git_diff_sha256': ''}
+    (tmp_path / 'a.py').write_text('x = 2\n')
+    state = run_folder.git_state(str(tmp_path))
+    assert state['git_commit'] == head and state['git_dirty'] is True
+    assert state['git_diff_sha256'] == hashlib.sha256(git('diff', 'HEAD')).hexdigest()
 
 
 def test_sample(runs):
