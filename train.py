@@ -101,13 +101,16 @@ compile = False             # torch.compile: on a GPU; on a CPU, only long runs 
 cuda_graphs = False         # with compile: the training step replayed from CUDA graphs; CUDA only
 peak_tflops = 0.0           # the GPU's peak TFLOP/s for mfu (0 = by its name: bench.PEAK_TFLOPS)
 backend = ''                # DDP backend, '' = nccl on GPU, gloo on CPU
-threads = 0                 # CPU threads of the whole run (0 = torch's; sweeps/sweep.py sets each job's)
+threads = 0                 # CPU threads of the whole run (0 = torch's count less the cores other
+                            # processes keep busy at the start; sweeps/sweep.py sets each job's)
 seed = 1337                 # initial weights, data order and dropout
 # --------------------------------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals(), GPTConfig, skip=('vocab_size',))   # then GPTConfig's fields
 # Keys of this invocation, not the run: a resume takes the rest from the checkpoint
 SESSION_KEYS = ('out_dir', 'init_from', 'overwrite', 'stop_iter', 'log_interval', 'device', 'dtype',
                 'compile', 'cuda_graphs', 'peak_tflops', 'backend', 'threads')
+# stdout not a terminal (a log file, a sweep's train.log): a progress line between evaluations at least this often
+PROGRESS_S = 30
 # What fixes a run's evaluation set (eval_starts): a resume keeps it, log.csv's losses share a set
 EVAL_SET_KEYS = ('dataset', 'data_dir', 'block_size', 'eval_tokens', 'eval_iters', 'batch_size')
 
@@ -131,6 +134,35 @@ def pick_device(name, local_rank=None):
         raise UserError(f"device {name}: this machine has {n} CUDA device(s)" + (
             " (torchrun: --nproc_per_node at most that)" if local_rank is not None else ''))
     return name
+
+
+def cpu_threads(threads):
+    """(the run's CPU thread count, how it was chosen): --threads=N; else OMP_NUM_THREADS when set; else torch's
+    count less the cores other processes keep busy now, at least 1. OpenMP's threads spin-wait for each other at
+    every op, so one that shares a core with a busy process stalls the rest (docs/speed.md: 8x slower)."""
+    if threads:
+        return threads, '--threads'
+    if os.environ.get('OMP_NUM_THREADS'):
+        return torch.get_num_threads(), 'OMP_NUM_THREADS'
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else range(os.cpu_count() or 1)
+    busy = busy_cores(cores)
+    return max(1, min(torch.get_num_threads(), len(cores) - round(busy))), f'{busy:.2f} of {len(cores)} cores busy with other processes'
+
+
+def busy_cores(cores, seconds=0.25):
+    """How many of these cores other processes use: their busy share over a quarter second while this process
+    sleeps (Linux's /proc/stat), else the 1-minute load average (macOS), else 0."""
+    def ticks():       # {cpu: (idle + iowait, all)} in clock ticks
+        with open('/proc/stat') as f:
+            rows = [line.split() for line in f if line.startswith('cpu') and line[3].isdigit()]
+        return {int(r[0][3:]): (int(r[4]) + int(r[5]), sum(map(int, r[1:9]))) for r in rows}
+    try:
+        a = ticks()
+        time.sleep(seconds)
+        b = ticks()
+        return sum(1 - (b[c][0] - a[c][0]) / max(1, b[c][1] - a[c][1]) for c in cores)
+    except (OSError, ValueError, IndexError, KeyError):
+        return os.getloadavg()[0] if hasattr(os, 'getloadavg') else 0.0
 
 
 def cpu_lacks_matrix_instructions(dtype):
@@ -400,8 +432,11 @@ def train(argv, locks):
     cfg, resume, ckpt, branch = open_run(cfg, explicit, world_size, locks if master else None)
     dev = pick_device(cfg.device, local_rank if ddp else None)
     device_type = dev.split(':')[0]
-    if device_type == 'cpu' and cfg.threads:
-        torch.set_num_threads(cfg.threads)         # from the start: step 0's evaluation too
+    torch_threads = torch.get_num_threads()
+    threads, threads_from = torch_threads, f'torch (device {device_type})'
+    if device_type == 'cpu':
+        threads, threads_from = cpu_threads(cfg.threads)
+        torch.set_num_threads(threads)             # from the start: step 0's evaluation too
     if cfg.cuda_graphs and (device_type != 'cuda' or not cfg.compile):
         raise UserError(f"--cuda_graphs=True captures the compiled training step in CUDA graphs: it "
                         f"needs --compile=True and a CUDA device (here {dev}"
@@ -508,7 +543,8 @@ def train(argv, locks):
             'params_total': params_total, 'params_active': params_active, 'flops_per_token': fpt,
             'tokens_per_iter': tokens_per_iter, 'n_iters': n_iters, 'world_size': world_size,
             'seed': cfg.seed, **run_folder.git_state(ROOT), 'torch_version': torch.__version__,
-            'device': dev, 'dtype': dtype, 'finished': False, 'final': None}
+            'device': dev, 'dtype': dtype, 'threads': threads, 'threads_from': threads_from,
+            'finished': False, 'final': None}
     if branch:
         info['branch_of'] = branch
     last_row = ckpt.get('last_row') if resume else None    # the checkpoint's log.csv row
@@ -560,6 +596,9 @@ def train(argv, locks):
               f"{3 * fpt * n_iters * tokens_per_iter:.3g} FLOPs; device {dev} {dtype}"
               f"{f' x {world_size} ranks' if ddp else ''}; out_dir {cfg.out_dir}"
               + (f"; resuming at step {iter_num}" if resume else ''))
+        if threads < torch_threads and threads_from.endswith('processes'):
+            print(f"note: {threads_from}: training on {threads} thread(s), not torch's {torch_threads} (a thread "
+                  f"that shares a core with a busy process stalls the others); --threads=N sets the count")
         slow = device_type == 'cpu' and cpu_lacks_matrix_instructions(dtype)
         if slow is not False:         # None: torch cannot tell
             print(f"note: {'this CPU has' if slow else 'on a CPU with'} no matrix instructions for "
@@ -638,6 +677,7 @@ def train(argv, locks):
     window, window_steps, t_mark = torch.zeros((), device=dev), 0, time.time()   # the bar's
     timed_steps, t_timed = -1, time.time()   # tokens_per_s: steps after the first since the eval
     trained = False                          # a training step done here: compiled evaluation
+    progress, t_said = master and not sys.stdout.isatty(), time.time()   # no bar on a log: a line instead
     val = open_split(folder, 'val')
     try:
         while True:
@@ -682,6 +722,7 @@ def train(argv, locks):
                     train_txt = f"train {train_loss:.4f}, " if train_loss != '' else ''
                     tqdm.write(f"step {iter_num:>6}: {train_txt}val {row['val_loss']:.4f}, val "
                                f"causal {row['val_loss_causal']:.4f}, {row['elapsed_s']:.0f}s")
+                    t_said = time.time()
                 train_sum.zero_()
                 train_steps, timed_steps = 0, -1
                 t_mark += time.time() - t_eval         # the progress bar's speed leaves the eval out
@@ -738,6 +779,9 @@ def train(argv, locks):
                 now = time.time()
                 speed = window_steps * tokens_per_iter / (now - t_mark)
                 bar.set_postfix(loss=f"{mean:.4f}", tok_s=f"{speed:,.0f}")
+                if progress and now - t_said >= PROGRESS_S:
+                    print(f"step {iter_num:>6}: loss {mean:.4f}, {speed:,.0f} tokens/s, {now - t0:.0f}s")
+                    t_said = now
                 window.zero_()
                 window_steps, t_mark = 0, now
             if cfg.stop_iter and iter_num == cfg.stop_iter and iter_num < n_iters:

@@ -1005,26 +1005,60 @@ def test_bench_profiles_each_row():
 # -----------------------------------------------------------------------------------------------------------------
 # CPU threads: a fixed --threads from the start (0 = torch's default)
 
-def test_the_thread_count_holds_from_the_first_evaluation(corpus, tmp_path, monkeypatch):
-    """--threads=N is the count of the whole run, step 0's evaluation included, and --threads=0 leaves torch's own:
-    nothing changes it while the run trains, whatever other processes do (here a stand-in for a busy neighbour that
-    the former thread governor followed); the caller's count is restored afterwards."""
-    monkeypatch.setattr(run_folder, 'CPUThreads', lambda *a, **k: lambda: torch.set_num_threads(1) or 1,
-                        raising=False)
+def test_the_thread_count_holds_from_the_first_evaluation(corpus, tmp_path, monkeypatch, capsys):
+    """The count a run uses, from step 0's evaluation on, is the one run.json records with how it was chosen:
+    --threads=N; OMP_NUM_THREADS when set; else torch's count less the cores other processes keep busy (here a
+    stand-in for the measurement), with a note when that lowered it. The caller's count is restored afterwards."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
     seen = []
     real = train.evaluate
     monkeypatch.setattr(train, 'evaluate', lambda *a, **k: seen.append(torch.get_num_threads()) or real(*a, **k))
+    monkeypatch.delenv('OMP_NUM_THREADS', raising=False)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        for threads, want in (('--threads=0', 2), ('--threads=3', 3)):
+        for i, (threads, busy, omp, want, chosen) in enumerate((
+                ('--threads=0', 0.0, '', min(2, cores), 'of %d cores busy' % cores),
+                ('--threads=0', 1.02, '', max(1, min(2, cores - 1)), '1.02 of %d cores busy' % cores),
+                ('--threads=3', 1.0, '', 3, '--threads'),
+                ('--threads=0', 1.0, '2', 2, 'OMP_NUM_THREADS'))):
             seen.clear()
-            rc = train.main([f'--data_dir={corpus}', f'--out_dir={tmp_path / threads}'] + TINY[:4] +
+            monkeypatch.setattr(train, 'busy_cores', lambda cores, busy=busy: busy)
+            if omp:
+                monkeypatch.setenv('OMP_NUM_THREADS', omp)
+            out = tmp_path / str(i)
+            rc = train.main([f'--data_dir={corpus}', f'--out_dir={out}'] + TINY[:4] +
                             ['--max_iters=4', '--eval_interval=2', '--log_interval=1', '--eval_tokens=256', threads])
             assert rc == 0 and torch.get_num_threads() == 2
-            assert seen and set(seen) == {want}, (threads, seen)
+            assert seen and set(seen) == {want}, (threads, busy, seen)
+            info = read_json(str(out))
+            assert info['threads'] == want and chosen in info['threads_from'], info['threads_from']
+            noted = [line for line in capsys.readouterr().out.splitlines() if line.startswith('note: ') and
+                     'cores busy' in line]
+            assert len(noted) == (want < 2 and chosen.endswith('busy') and 1), noted
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_redirected_run_prints_progress_between_evaluations(corpus, tmp_path, monkeypatch, capsys, one_thread):
+    """stdout not a terminal (no progress bar there): a line at a log_interval step once PROGRESS_S have passed
+    since the last line, so a slow run does not look hung; a fast one prints only its evaluations. A fake clock:
+    each step takes `step_s`."""
+    for step_s, lines in ((1.0, []), (20.0, [2, 4, 8, 10])):
+        clock = [0.0]
+
+        def starts(*a, step_s=step_s, **k):
+            clock[0] += step_s
+            return real_starts(*a, **k)
+        real_starts = train.batch_starts
+        monkeypatch.setattr(train, 'time', types.SimpleNamespace(time=lambda: clock[0], sleep=lambda s: None))
+        monkeypatch.setattr(train, 'batch_starts', starts)
+        out = tmp_path / str(step_s)
+        assert train.main([f'--data_dir={corpus}', '--model=dense', f'--out_dir={out}'] + TINY) == 0
+        monkeypatch.undo()
+        said = [line for line in capsys.readouterr().out.splitlines() if ': loss ' in line]
+        assert [int(line.split(':')[0].split()[1]) for line in said] == lines, said
+        assert all(line.endswith('s') and 'tokens/s' in line for line in said)
 
 
 def test_low_precision_on_a_cpu_without_its_instructions_says_it_is_slow(corpus, tmp_path, monkeypatch, capsys,
@@ -1125,7 +1159,7 @@ def test_throughput_leaves_out_the_first_step_and_the_evaluations(corpus, tmp_pa
     up), and the progress bar's tok_s leaves the evaluation out. A fake clock: the first step takes 100 s, each
     other 1 s, each evaluation 50 s; so both read exactly one step's tokens (4 x 32) per second."""
     clock = [0.0]
-    monkeypatch.setattr(train, 'time', types.SimpleNamespace(time=lambda: clock[0]))
+    monkeypatch.setattr(train, 'time', types.SimpleNamespace(time=lambda: clock[0], sleep=lambda s: None))
     real_starts, real_eval = train.batch_starts, train.evaluate
 
     def starts(*a, **k):
