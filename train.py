@@ -27,7 +27,9 @@ import math
 import os
 import pickle
 import random
+import signal
 import sys
+import threading
 import time
 import types
 import warnings
@@ -557,7 +559,7 @@ def train(argv, locks):
         if resume:            # log.csv cut back to the checkpoint's step; a row lost in a cut, again
             torn = truncate_log(log_path, iter_num)
             _, rows = run_folder.log_rows(log_path)
-            relog = last_row is not None and (not rows or int(rows[-1][0]) < iter_num)
+            relog = last_row is not None and (not rows or int(rows[-1][0]) < last_row['step'])
             if relog:
                 run_folder.append_log(log_path, last_row)
             if torn is not None:
@@ -679,6 +681,17 @@ def train(argv, locks):
     trained = False                          # a training step done here: compiled evaluation
     progress, t_said = master and not sys.stdout.isatty(), time.time()   # no bar on a log: a line instead
     val = open_split(folder, 'val')
+    # Ctrl-C or SIGTERM: the loop saves the state at the next step boundary and stops (a second one stops at once).
+    # Not under DDP, where the ranks would stop at different steps: there it stops at once
+    stop, handlers = [], {}
+
+    def on_signal(signum, frame):
+        if stop:
+            raise KeyboardInterrupt
+        stop.append(signum)
+        os.write(2, b"\ntrain.py: stopping after this step, once its state is saved (again: at once)\n")
+    if not ddp and threading.current_thread() is threading.main_thread():
+        handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         while True:
             if (iter_num % cfg.eval_interval == 0 or iter_num == n_iters) and iter_num != evaluated_at:
@@ -732,6 +745,11 @@ def train(argv, locks):
                     run_folder.save_checkpoint(state, os.path.join(cfg.out_dir, f'ckpt_{iter_num}.pt'))
             if iter_num >= n_iters:
                 break
+            if stop:       # as a --save_steps copy is (the loss since the evaluation too), atomically
+                state = checkpoint(kept=True)
+                run_folder.save_checkpoint(state, ckpt_path)
+                raise KeyboardInterrupt(f"saved step {iter_num} to {ckpt_path}: continue from it with "
+                                        f"--init_from=resume")
 
             # one optimizer step over gradient_accumulation_steps micro-batches of the global batch
             lr = get_lr(cfg, iter_num, schedule_iters)
@@ -791,11 +809,14 @@ def train(argv, locks):
                           f"is at step {last_eval['step'] if last_eval else 'none'}; continue with "
                           f"--init_from=resume")
                 return 0
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt(
+    except KeyboardInterrupt as e:
+        raise KeyboardInterrupt(str(e) or (
             f"continue from the checkpoint of step {last_eval['step']} with --init_from=resume"
             if last_eval else "no checkpoint was written yet: run the same command again (it "
-                              "starts the run over)") from None
+                              "starts the run over)")) from None
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
 
     bar.close()
     if tracker:

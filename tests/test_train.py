@@ -1154,6 +1154,36 @@ def test_ctrl_c_says_what_will_work(corpus, tmp_path, monkeypatch, capsys, one_t
     assert 'continue from the checkpoint of step 0 with --init_from=resume' in err, err
 
 
+@pytest.mark.parametrize('signum', ['SIGINT', 'SIGTERM'])
+def test_ctrl_c_saves_the_step_and_a_resume_is_exact(corpus, tmp_path, monkeypatch, capsys, one_thread, signum):
+    """Ctrl-C (or SIGTERM) during step 7, between evaluations: the run saves step 8's state at the step boundary,
+    says so and exits 130; --init_from=resume then ends with the log.csv (clock aside) and weights of a run never
+    interrupted, bit for bit."""
+    import signal
+    args = [f'--data_dir={corpus}', '--model=xmod', '--stride=2'] + TINY
+    whole, cut = str(tmp_path / 'whole'), str(tmp_path / 'cut')
+    assert train.main(args + [f'--out_dir={whole}']) == 0
+    real = train.batch_starts
+
+    def starts(seed, step, *a):
+        if step == 7:
+            signal.raise_signal(getattr(signal, signum))
+        return real(seed, step, *a)
+    monkeypatch.setattr(train, 'batch_starts', starts)
+    assert train.main(args + [f'--out_dir={cut}']) == 130
+    err = capsys.readouterr().err
+    assert f'saved step 8 to {cut}/ckpt.pt: continue from it with --init_from=resume' in err, err
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler       # the caller's handlers are back
+    assert run_folder.load_checkpoint(os.path.join(cut, 'ckpt.pt'))['step'] == 8
+    monkeypatch.undo()
+    assert train.main(args + [f'--out_dir={cut}', '--init_from=resume']) == 0
+    clock = ('elapsed_s', 'tokens_per_s', 'mfu')
+    assert [{k: v for k, v in r.items() if k not in clock} for r in read_log(cut)] == \
+        [{k: v for k, v in r.items() if k not in clock} for r in read_log(whole)]
+    a, b = (run_folder.load_checkpoint(os.path.join(o, 'ckpt.pt'))['model'] for o in (whole, cut))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_throughput_leaves_out_the_first_step_and_the_evaluations(corpus, tmp_path, monkeypatch, one_thread):
     """log.csv's tokens_per_s times the steps after the first one since an evaluation (the first compiles or warms
     up), and the progress bar's tok_s leaves the evaluation out. A fake clock: the first step takes 100 s, each
