@@ -10,18 +10,24 @@ import contextlib
 import csv
 import dataclasses
 import fcntl
+import glob
 import hashlib
+import io
 import json
 import os
+import random
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import types
 
 import numpy as np
 import torch
 
 import xmod
-from configurator import UserError, one_line
+from configurator import LossDiverged, UserError, one_line
 
 RUN_FILES = ('run.json', 'log.csv', 'ckpt.pt')
 # The first columns of log.csv, in this order; the model's statistics follow them. fit_law.py (law/load.py) reads these.
@@ -281,3 +287,310 @@ def eval_starts(n_tokens, T, tokens, batch_size=1):
     if count == 1:
         return [0]
     return [round(i * last / (count - 1)) for i in range(count)]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# A training run's lifecycle (train.py): which run a command starts or continues, the checks that keep a folder's log
+# one run's, the folder's state, a torn log row, the RNG states, what code ran; train.py passes its DEFAULTS
+
+# Keys of an invocation, not of the run: a resume takes the rest from the checkpoint
+SESSION_KEYS = ('out_dir', 'init_from', 'overwrite', 'stop_iter', 'log_interval', 'device', 'dtype', 'compile',
+                'cuda_graphs', 'peak_tflops', 'backend', 'threads')
+# What fixes a run's evaluation set (eval_starts): a resume keeps it, log.csv's losses share a set
+EVAL_SET_KEYS = ('dataset', 'data_dir', 'block_size', 'eval_tokens', 'eval_iters', 'batch_size')
+
+
+def check_config(cfg, world_size):
+    """What no later step would report clearly; the model's keys are GPTConfig's to check."""
+    def need(ok, msg):
+        if not ok:
+            raise UserError(msg)
+    need(cfg.init_from in ('scratch', 'resume', 'auto') or cfg.init_from.endswith('.pt'),
+         f"--init_from={cfg.init_from!r}: expected scratch | resume | auto | PATH/ckpt_S.pt")
+    need(cfg.lr_schedule in ('cosine', 'wsd', 'constant'),
+         f"--lr_schedule={cfg.lr_schedule!r}: expected cosine | wsd | constant")
+    need(cfg.dtype in ('', 'float32', 'bfloat16', 'float16'),
+         f"--dtype={cfg.dtype!r}: expected '' (auto) | float32 | bfloat16 | float16")
+    need(0 <= cfg.cooldown_frac <= 1, f"--cooldown_frac={cfg.cooldown_frac}: expected [0, 1]")
+    need(all(x.strip().isdigit() for x in cfg.save_steps.split(',')) or not cfg.save_steps.strip(),
+         f"--save_steps={cfg.save_steps!r}: expected comma-separated step numbers, e.g. 400,800")
+    for k in ('batch_size', 'gradient_accumulation_steps', 'eval_interval', 'log_interval', 'dense_layers'):
+        need(getattr(cfg, k) >= 1, f"--{k}={getattr(cfg, k)}: expected an integer >= 1")
+    for k in ('n_layer', 'eval_tokens', 'eval_iters', 'stop_iter', 'max_iters', 'max_tokens', 'max_flops',
+              'warmup_iters', 'min_lr', 'weight_decay', 'grad_clip', 'seed', 'threads'):
+        need(getattr(cfg, k) >= 0, f"--{k}={getattr(cfg, k)}: expected a number >= 0")
+    need(cfg.max_iters > 0 or cfg.max_tokens > 0 or cfg.max_flops > 0,
+         "no budget: set one of --max_iters, --max_tokens or --max_flops to a number > 0")
+    need(cfg.learning_rate > 0, f"--learning_rate={cfg.learning_rate}: expected a number > 0")
+    need(cfg.min_lr <= cfg.learning_rate or not cfg.decay_lr or cfg.lr_schedule == 'constant',
+         f"--learning_rate={cfg.learning_rate:g} is below --min_lr={cfg.min_lr:g}: the decay would "
+         f"rise {cfg.min_lr / cfg.learning_rate:.3g}x; set --min_lr too (about learning_rate/10)")
+    need(0 <= cfg.beta1 < 1 and 0 <= cfg.beta2 < 1, "--beta1 and --beta2: expected [0, 1)")
+    need(not cfg.cuda_graphs or cfg.gradient_accumulation_steps // world_size == 1,
+         f"--cuda_graphs=True with --gradient_accumulation_steps={cfg.gradient_accumulation_steps} "
+         f"({cfg.gradient_accumulation_steps // world_size} micro-batches per step): gradients summed "
+         f"across CUDA-graph replays are not sound; raise --batch_size instead, or leave cuda_graphs off")
+    need(cfg.gradient_accumulation_steps % world_size == 0,
+         f"--gradient_accumulation_steps={cfg.gradient_accumulation_steps} is not a multiple of "
+         f"the world size {world_size}: it counts micro-batches over all ranks, each runs a share")
+    try:
+        xmod.GPTConfig(**dict(model_keys(cfg), n_layer=cfg.n_layer or cfg.dense_layers))
+    except ValueError as e:
+        raise UserError(one_line(e)) from None
+
+
+def check_wandb():
+    """--wandb_log=True: the package and, unless WANDB_MODE keeps it local, a login."""
+    try:
+        import wandb
+    except ImportError:
+        raise UserError("--wandb_log=True needs the wandb package: pip install wandb") from None
+    local = os.environ.get('WANDB_MODE', '') in ('offline', 'dryrun', 'disabled')
+    key = os.environ.get('WANDB_API_KEY') or getattr(getattr(wandb, 'api', None), 'api_key', None)
+    if not (local or key):
+        raise UserError("--wandb_log=True: wandb is not logged in: run `wandb login`, or set "
+                        "WANDB_MODE=offline to keep the run local (`wandb sync` uploads it later)")
+
+
+def resume_config(saved, cfg, explicit, defaults):
+    """A resume's or branch's config: the checkpoint's, the session keys and overrides on top."""
+    merged = dict(defaults)
+    merged.update({k: v for k, v in saved.items() if k in defaults})
+    for k in set(SESSION_KEYS) | explicit:
+        merged[k] = getattr(cfg, k)
+    return types.SimpleNamespace(**merged)
+
+
+def check_eval_set(saved, cfg, defaults):
+    """A resume must evaluate on the run's own set: log.csv would mix two sets."""
+    def eval_set(c):
+        n = ('iters', c['eval_iters'], c['batch_size']) if c['eval_iters'] else c['eval_tokens']
+        return c['data_dir'] or ('dataset', c['dataset']), c['block_size'], n
+    was = {k: saved.get(k, defaults[k]) for k in EVAL_SET_KEYS}
+    now = {k: getattr(cfg, k) for k in EVAL_SET_KEYS}
+    if eval_set(was) != eval_set(now):
+        changed = [f"--{k}={now[k]!r} (the run's: {was[k]!r})" for k in EVAL_SET_KEYS if now[k] != was[k]]
+        raise UserError(f"{', '.join(changed)} would change the evaluation set of the run in {cfg.out_dir} (log.csv "
+                        f"would mix two sets): resume with the run's own settings, or use another --out_dir")
+
+
+def check_new_run(out_dir, overwrite, say=True):
+    """A new run replaces one in out_dir only with --overwrite, or if it has no checkpoint."""
+    present = [f for f in RUN_FILES if os.path.exists(os.path.join(out_dir, f))]
+    if not present or overwrite:
+        return
+    if run_state(out_dir) != 'partial' or 'ckpt.pt' in present:
+        raise UserError(f"{out_dir} already holds a run ({', '.join(present)}): resume it with --init_from=resume, "
+                        f"pick another --out_dir, or replace it with --overwrite=True")
+    if say:
+        print(f"{out_dir} holds a run that never reached its first checkpoint: replacing it")
+
+
+def which_run(cfg, explicit, world_size, defaults, locks=None):
+    """(cfg, resume, checkpoint, branch): a new run, a resume (auto: when out_dir has a checkpoint) or a branch of a
+    kept step, decided before anything is written (bad input: UserError, the folder as it was). locks: rank 0's list
+    for the folder's lock, taken here when a trainer wrote in out_dir before. A branch whose out_dir holds its
+    checkpoint continues it, like auto."""
+    check_config(cfg, world_size)
+    fd = lock(cfg.out_dir, create=False) if locks is not None else None
+    if fd is not None:
+        locks.append(fd)
+    ckpt_path = os.path.join(cfg.out_dir, 'ckpt.pt')
+    branch_from = cfg.init_from if cfg.init_from.endswith('.pt') else None
+    own = load_checkpoint(ckpt_path) if branch_from and os.path.exists(ckpt_path) else None
+    continues = own is not None and (own.get('branch_of') or {}).get('checkpoint') == branch_from
+    if cfg.init_from == 'resume' or (cfg.init_from == 'auto' and os.path.exists(ckpt_path)) or (
+            continues and not cfg.overwrite):
+        checkpoint = own or load_checkpoint(ckpt_path)
+        cfg = resume_config(checkpoint['config'], cfg, explicit, defaults)
+        check_config(cfg, world_size)         # again: a resumed config comes from the checkpoint
+        check_eval_set(checkpoint['config'], cfg, defaults)
+        return cfg, True, checkpoint, checkpoint.get('branch_of')
+    checkpoint, branch = None, None
+    if branch_from:
+        if os.path.realpath(os.path.dirname(branch_from) or '.') == os.path.realpath(cfg.out_dir):
+            raise UserError(f"--init_from={branch_from}: a branch needs its own --out_dir (this one holds the run it "
+                            f"branches from)")
+        checkpoint = load_checkpoint(branch_from, missing='keep that step with --save_steps in the run it comes from')
+        cfg = resume_config(checkpoint['config'], cfg, explicit, defaults)
+        if 'save_steps' not in explicit:
+            cfg.save_steps = ''                  # the parent's branch points are not the branch's
+        check_config(cfg, world_size)
+        branch = {'checkpoint': branch_from, 'step': checkpoint['step']}
+    check_new_run(cfg.out_dir, cfg.overwrite)
+    return cfg, False, checkpoint, branch
+
+
+def truncate_log(path, last_step):
+    """On resume: drop the rows after the checkpoint's step and a last line cut mid-line (rows are written whole,
+    newline last). Returns the torn line's text, or None."""
+    header, rows = log_rows(path)
+    if header is None:
+        return None
+    with open(path, 'rb') as f:
+        torn = rows.pop() if rows and not f.read().endswith(b'\n') else None
+    kept = [r for r in rows if len(r) == len(header) and r[0].isdigit() and int(r[0]) <= last_step]
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator='\n').writerows([header] + kept)
+    atomic_write(path, lambda f: f.write(buf.getvalue().encode()))
+    return None if torn is None else ','.join(torn)
+
+
+def rng_state():
+    """Every generator's state, as plain values and tensors (the checkpoint loads weights_only)."""
+    name, key, pos, has_gauss, cached = np.random.get_state()
+    return {'python': random.getstate(), 'numpy': [name, key.tolist(), pos, has_gauss, cached],
+            'torch': torch.get_rng_state(),
+            'cuda': torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def set_rng_state(s):
+    random.setstate((s['python'][0], tuple(s['python'][1]), s['python'][2]))
+    name, key, pos, has_gauss, cached = s['numpy']
+    np.random.set_state((name, np.array(key, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(s['torch'])
+    if s['cuda'] and torch.cuda.is_available() and len(s['cuda']) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(s['cuda'])
+
+
+def open_run(cfg, which, model, optimizer, scaler, info, meta, locks, rank=0, world_size=1):
+    """The run, in its folder (which: which_run's resume, checkpoint, branch): the checkpoint checked against the model
+    and the budget, its state loaded (weights, optimizer, grad scaler, RNG); then, on rank 0, the folder's lock taken,
+    log.csv cut back to the checkpoint's step (a row lost in a cut written again), the run a new run replaces cleared,
+    and run.json (info, what code ran) written: the folder is this run's now."""
+    resume, ckpt, branch = which
+    model_args = dataclasses.asdict(model.config)
+    if ckpt is not None and model_args != ckpt['model_args']:
+        diff = [f"{k}={ckpt['model_args'].get(k)!r} (now {v!r})" for k, v in model_args.items()
+                if ckpt['model_args'].get(k) != v]
+        raise UserError(f"the checkpoint's model differs from this config: {', '.join(diff)}; resume with the run's "
+                        f"own settings")
+    if branch is not None and not resume and branch['step'] >= info['n_iters']:
+        raise UserError(f"--init_from={cfg.init_from} is step {branch['step']:,}, and this run's budget is "
+                        f"{info['n_iters']:,} steps: nothing left to train (give a larger --max_tokens or --max_iters)")
+    c = ckpt or {}
+    if ckpt is not None:
+        try:
+            model.load_state_dict(clean_state_dict(ckpt['model']))
+        except RuntimeError as e:
+            raise UserError(f"{cfg.out_dir}/ckpt.pt: the weights do not fit the model: {one_line(e)}") from None
+        optimizer.load_state_dict(ckpt['optimizer'])
+        if ckpt.get('scaler'):
+            scaler.load_state_dict(ckpt['scaler'])
+        set_rng_state(ckpt['rng'][rank] if rank < len(ckpt['rng']) else ckpt['rng'][0])
+    # the schedule's length is fixed when a run starts: a resume with a larger budget goes on at min_lr; a branch is
+    # a new run, its schedule follows its own budget
+    info = {**info, **git_state(os.path.dirname(os.path.abspath(__file__))), 'torch_version': torch.__version__,
+            'finished': False, 'final': None, **({'branch_of': branch} if branch else {})}
+    run = Run(cfg=cfg, model=model, optimizer=optimizer, scaler=scaler, info=info, meta=meta, branch=branch,
+              rank=rank, world_size=world_size, tracker=None, step=c.get('step', 0),
+              schedule_iters=c.get('schedule_iters', c.get('n_iters')) if resume else info['n_iters'],
+              best_val_loss=c.get('best_val_loss', float('inf')), last_eval=c.get('last_eval'),
+              last_row=c.get('last_row') if resume else None, elapsed_s=c.get('elapsed_s', 0.0),
+              train_loss_sum=c.get('train_loss_sum', 0.0), train_loss_steps=c.get('train_loss_steps', 0),
+              run_path=os.path.join(cfg.out_dir, 'run.json'), log_path=os.path.join(cfg.out_dir, 'log.csv'),
+              ckpt_path=os.path.join(cfg.out_dir, 'ckpt.pt'))
+    if rank != 0:
+        return run
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    if not locks:     # no trainer had written here: the lock file is made before the first write
+        locks.append(lock(cfg.out_dir, create=True))
+        if not resume:    # a trainer that took it in between has written a run: look again
+            check_new_run(cfg.out_dir, cfg.overwrite, say=False)
+    if resume:            # log.csv cut back to the checkpoint's step; a row lost in a cut, again
+        torn = truncate_log(run.log_path, run.step)
+        _, rows = log_rows(run.log_path)
+        relog = run.last_row is not None and (not rows or int(rows[-1][0]) < run.last_row['step'])
+        if relog:
+            append_log(run.log_path, run.last_row)
+        if torn is not None:
+            print(f"note: dropped the last row of {run.log_path}, cut mid-line when the run stopped (it began "
+                  f"{torn[:30]!r}); " + (f"wrote step {run.step}'s row again from the checkpoint" if relog else
+                                         f"training resumes at step {run.step} and logs the steps after it"))
+    else:                 # a new run clears the run it replaces (--overwrite, or no checkpoint)
+        kept = glob.glob(os.path.join(glob.escape(cfg.out_dir), 'ckpt_*.pt'))
+        for f in RUN_FILES + tuple(kept):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(cfg.out_dir, f))
+    write_json(run.run_path, info)
+    return run
+
+
+class Run:
+    """A training run as open_run opened it: where it stands (step, schedule_iters, the best and the last evaluation,
+    its clock and training loss since the last row, from its checkpoint) and its writes, each on rank 0 only."""
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+    def state(self, step, elapsed_s, loss_sum=None, loss_steps=0):
+        """The checkpoint: enough to continue exactly (the step fixes the data position) and to branch (loss_sum, on
+        every rank: the training loss summed over the loss_steps steps since the last evaluation)."""
+        if loss_sum is not None:
+            loss_sum = loss_sum.clone()
+            if self.world_size > 1:
+                torch.distributed.all_reduce(loss_sum, op=torch.distributed.ReduceOp.AVG)
+            loss_sum = loss_sum.item()
+        rngs = [rng_state()]
+        if self.world_size > 1:
+            rngs = [None] * self.world_size
+            torch.distributed.all_gather_object(rngs, rng_state())
+        return {'model': self.model.state_dict(), 'optimizer': self.optimizer.state_dict(),
+                'scaler': self.scaler.state_dict(), 'config': vars(self.cfg), 'model_args': self.info['model_config'],
+                'step': step, 'data': {'seed': self.cfg.seed, 'step': step,
+                                       'tokens': step * self.info['tokens_per_iter']},
+                'n_iters': self.info['n_iters'], 'schedule_iters': self.schedule_iters,
+                'best_val_loss': self.best_val_loss, 'elapsed_s': elapsed_s, 'last_eval': self.last_eval,
+                'last_row': self.last_row, 'rng': rngs, 'meta': self.meta, 'branch_of': self.branch,
+                'train_loss_sum': loss_sum or 0.0, 'train_loss_steps': loss_steps}
+
+    def evaluated(self, row, elapsed_s):
+        """An evaluation's row into the run's state, then log.csv (and W&B) first and the checkpoint second: a kill
+        in between loses the row on resume (written again from the checkpoint), not the step."""
+        self.best_val_loss = min(self.best_val_loss, row['val_loss_causal'])
+        self.last_eval = {k: row[k] for k in ('step', 'tokens', 'flops', 'val_loss', 'val_loss_causal')}
+        self.last_row = row
+        state = self.state(row['step'], elapsed_s)
+        if self.rank == 0:
+            append_log(self.log_path, row)
+            if self.tracker:
+                self.tracker.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=row['step'])
+            save_checkpoint(state, self.ckpt_path)
+
+    def save(self, path, step, elapsed_s, loss_sum, loss_steps):
+        """A checkpoint between evaluations (a --save_steps copy, or where Ctrl-C stopped the run)."""
+        state = self.state(step, elapsed_s, loss_sum, loss_steps)
+        if self.rank == 0:
+            save_checkpoint(state, path)
+
+    def diverged(self, what, value, step, advice=''):
+        """The loss became NaN or inf: run.json records where, the last good checkpoint stays."""
+        if self.rank == 0:
+            self.info['diverged'] = {'step': step, 'what': what}
+            write_json(self.run_path, self.info)
+        return LossDiverged(f"the {what} is {value} at step {step}: stopping. The last good checkpoint "
+                            f"({self.ckpt_path}, step {self.last_eval['step'] if self.last_eval else 'none'}) is "
+                            f"kept{advice}")
+
+    def finish(self):
+        if self.tracker:
+            self.tracker.finish()
+        if self.rank == 0:
+            self.info.update(finished=True, final=self.last_eval)
+            write_json(self.run_path, self.info)
+
+
+def stop_on_signals(enabled):
+    """From here on, Ctrl-C or SIGTERM puts the signal into the list returned, for the loop to save its state at the
+    next step boundary and stop; a second one stops at once (KeyboardInterrupt). Not under DDP (enabled=False), whose
+    ranks would stop at different steps: there the first stops at once. The caller puts the handlers back."""
+    stop = []
+
+    def on_signal(signum, frame):
+        if stop:
+            raise KeyboardInterrupt
+        stop.append(signum)
+        os.write(2, b"\ntrain.py: stopping after this step, once its state is saved (again: at once)\n")
+    if enabled and threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, on_signal)
+    return stop

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import configurator
+import data
 import run_folder
 import train
 import xmod
@@ -595,7 +596,7 @@ def test_missing_dataset(tmp_path, bad_train):
 def test_pycode_missing_names_its_prepare_command(tmp_path, monkeypatch, bad_train):
     """pycode is not prepared on the fly (two sweep runs starting together would write the same files): a missing
     data/pycode is one line naming the command that builds it."""
-    monkeypatch.setattr(train, 'ROOT', str(tmp_path))
+    monkeypatch.setattr(data, 'ROOT', str(tmp_path))
     (tmp_path / 'data' / 'pycode').mkdir(parents=True)
     (tmp_path / 'data' / 'pycode' / 'prepare.py').write_text('')
     bad_train(['--dataset=pycode'], 'has no train.bin', 'python data/pycode/prepare.py')
@@ -608,11 +609,11 @@ def test_default_dataset_is_prepared_when_missing(corpus, tmp_path, monkeypatch,
 
     from data.shakespeare import prepare as shk
     from data.tokenizers import DataError
-    monkeypatch.setattr(train, 'ROOT', str(tmp_path))
+    monkeypatch.setattr(data, 'ROOT', str(tmp_path))
     folder = tmp_path / 'data' / 'shakespeare'
     monkeypatch.setattr(shk, 'prepare', lambda *a, **k: shutil.copytree(corpus, folder))
     cfg, _ = configurator.configure([], train.DEFAULTS)
-    assert train.find_data(cfg, ddp=False)[0] == str(folder)
+    assert data.find_data(cfg, ddp=False)[0] == str(folder)
     assert 'preparing' in capsys.readouterr().out and (folder / 'val.bin').exists()
     shutil.rmtree(folder)
 
@@ -684,18 +685,22 @@ def test_resume_may_change_what_leaves_the_evaluation_set_alone(runs, tmp_path):
     cfg, explicit = configurator.configure(['--init_from=resume', f'--out_dir={out}', '--batch_size=8'],
                                            train.DEFAULTS)
     saved = run_folder.load_checkpoint(os.path.join(out, 'ckpt.pt'))['config']
-    train.check_eval_set(saved, train.resume_config(saved, cfg, explicit))
+
+    def check(saved, cfg, explicit):
+        defaults = train.DEFAULTS
+        run_folder.check_eval_set(saved, run_folder.resume_config(saved, cfg, explicit, defaults), defaults)
+    check(saved, cfg, explicit)
     with_iters = dict(saved, eval_iters=2)
     cfg, explicit = configurator.configure(['--eval_tokens=4096'], train.DEFAULTS)
-    train.check_eval_set(with_iters, train.resume_config(with_iters, cfg, explicit))
+    check(with_iters, cfg, explicit)
     cfg, explicit = configurator.configure(['--batch_size=8'], train.DEFAULTS)
     with pytest.raises(configurator.UserError, match='batch_size=8'):
-        train.check_eval_set(with_iters, train.resume_config(with_iters, cfg, explicit))
+        check(with_iters, cfg, explicit)
     # the dataset counts where no data_dir names the data: the default run's case
     in_data = dict(saved, data_dir='', dataset='shakespeare')
     cfg, explicit = configurator.configure(['--dataset=openwebtext'], train.DEFAULTS)
     with pytest.raises(configurator.UserError, match="--dataset='openwebtext' \\(the run's: 'shakespeare'\\)"):
-        train.check_eval_set(in_data, train.resume_config(in_data, cfg, explicit))
+        check(in_data, cfg, explicit)
 
 
 def test_resume_with_a_different_model(runs, bad_train):
