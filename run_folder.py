@@ -1,10 +1,11 @@
 """
-run_folder.py: what several scripts share about a run folder and a run's plan.
+run_folder.py: what several scripts share about a run folder and a run's plan, and a training run's lifecycle.
 
   - run.json, log.csv (its first columns, LOG_COLUMNS, are a contract fit_law.py reads) and ckpt.pt, every write
-    atomic; load_model for the scripts that use a trained model; one trainer per folder (lock)
-  - a run's plan from its config alone (model_config, sizes: FLOP matching, the budget) and the fixed validation
-    windows (eval_starts), which train.py trains, sweeps/sweep.py adds up (--dry_run) and tools/routing_plot.py reads
+    atomic; load_model for the scripts that use a trained model; one trainer per folder (lock); what code ran
+  - a run's plan from its config alone (sizes: FLOP matching, the budget): train.py trains it, sweeps/sweep.py sums it
+  - train.py's lifecycle: which run a command starts or continues, the checks that keep a folder one run's, the
+    folder's state, checkpoints, RNG states, Ctrl-C
 """
 import contextlib
 import csv
@@ -84,9 +85,8 @@ def load_checkpoint(path, map_location='cpu', missing='nothing to resume (start 
 
 
 def load_model(out_dir, dev):
-    """(the run's model on dev, in eval mode: causal thresholds frozen, dropout off; its checkpoint), for the scripts
-    that use a trained model (sample.py, tools/downstream.py). UserError when the checkpoint is missing or does not
-    rebuild."""
+    """(the run's model on dev, in eval mode: causal thresholds frozen, dropout off; its checkpoint), for sample.py and
+    tools/downstream.py. UserError when the checkpoint is missing or does not rebuild."""
     # to the CPU first: only the weights are used, and the optimizer state (twice the weights) stays off the GPU
     ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), map_location='cpu',
                            missing=f"train a model into it first: python train.py --out_dir={out_dir}")
@@ -111,9 +111,9 @@ def run_state(out_dir):
 
 
 def lock(out_dir, create):
-    """One trainer per run folder: an exclusive flock on out_dir/train.lock, which the kernel drops when the
-    process ends (kill -9 too), so no lock is ever stale. Returns the open descriptor (closing it unlocks), or
-    None when create=False and no trainer made the file yet; UserError when another process holds it."""
+    """One trainer per run folder: an exclusive flock on out_dir/train.lock, which the kernel drops when the process
+    ends (kill -9 too), so it is never stale. The open descriptor (closing it unlocks), or None when create=False and
+    no trainer made the file yet; UserError when another process holds it."""
     try:
         fd = os.open(os.path.join(out_dir, 'train.lock'), os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
     except FileNotFoundError:
@@ -169,8 +169,8 @@ def log_rows(path):
 
 
 def append_log(path, row):
-    """Append one row; the header is written by the first row (LOG_COLUMNS, then the row's other keys, the
-    statistics, in the model's order), and later rows follow the file's own header."""
+    """Append one row; the first row writes the header (LOG_COLUMNS, then the row's other keys, the statistics, in
+    the model's order), later rows follow the file's own; a float as its repr, the shortest exact form."""
     header, _ = log_rows(path)
     new = header is None
     header = header or list(LOG_COLUMNS) + [k for k in row if k not in LOG_COLUMNS]
@@ -178,18 +178,14 @@ def append_log(path, row):
         w = csv.writer(f, lineterminator='\n')
         if new:
             w.writerow(header)
-        w.writerow([fmt(row.get(k, '')) for k in header])
+        w.writerow([repr(v) if isinstance(v, float) else str(v) for v in (row.get(k, '') for k in header)])
         f.flush()
         os.fsync(f.fileno())
 
 
-def fmt(v):
-    return repr(v) if isinstance(v, float) else str(v)   # repr: the shortest exact float
-
-
 # ----------------------------------------------------------------------------------------------------------------------
-# A run's plan, from its config alone: the model (FLOP matching), the budget, the fixed validation windows. train.py
-# trains it; sweeps/sweep.py adds up its FLOPs (--dry_run) and tools/routing_plot.py reads its windows without starting a run
+# A run's plan, from its config alone: the model (FLOP matching), the budget. train.py trains it; sweeps/sweep.py adds
+# up its FLOPs (--dry_run) without starting a run
 
 def model_keys(cfg):
     """{field: value} of the train config's keys that are GPTConfig's fields (all but vocab_size, the data's)."""
@@ -230,9 +226,8 @@ def model_config(cfg, vocab_size):
 
 
 def sizes(cfg, meta=None):
-    """(model config, tokens per iteration, forward FLOPs per token, iterations) of a run's config on a dataset
-    with this meta.pkl (None: GPTConfig's vocab_size): what run.json records, and what sweeps/sweep.py --dry_run adds up
-    without starting a run."""
+    """(model config, tokens per iteration, forward FLOPs per token, iterations) of a run's config on a dataset with
+    this meta.pkl (None: GPTConfig's vocab_size): what run.json records, and sweeps/sweep.py --dry_run adds up."""
     meta = meta or {}
     vocab_size = meta.get('vocab_size', xmod.GPTConfig.vocab_size)
     if meta.get('tokenizer') == 'gpt2':
@@ -258,45 +253,13 @@ def cooldown_start(cfg, schedule_iters):
     return schedule_iters - round(cfg.cooldown_frac * schedule_iters)
 
 
-def open_split(folder, split):
-    # a fresh memmap per use, as nanoGPT does: a long-lived one keeps pages resident and grows memory
-    return np.memmap(os.path.join(folder, f'{split}.bin'), dtype=np.uint16, mode='r')
-
-
-def read_windows(data, starts, T, device):
-    """x, y (len(starts), T) int64: windows of T+1 tokens, y shifted by one."""
-    w = torch.from_numpy(np.stack([data[i:i + T + 1].astype(np.int64) for i in starts]))
-    x, y = w[:, :-1], w[:, 1:]
-    if device.startswith('cuda'):
-        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
-    return x.to(device), y.to(device)
-
-
-def eval_starts(n_tokens, T, tokens, batch_size=1):
-    """The fixed validation set: evenly spaced windows of T+1 tokens over the split, from its start to its end.
-    tokens=0: the whole split (as many non-overlapping windows as fit). The same for every run and every eval, so
-    two runs' losses differ only by the models, not by which batches an evaluation happened to draw. The count is
-    rounded down to whole batches of batch_size (the remainder dropped; one smaller batch when fewer windows than
-    that fit): a smaller last batch would recompile a compiled model, under DDP while the other ranks wait."""
-    last = n_tokens - T - 1                       # the last valid start
-    count = last // T + 1
-    if tokens:
-        count = max(1, min(count, tokens // T))
-    if count >= batch_size:
-        count -= count % batch_size
-    if count == 1:
-        return [0]
-    return [round(i * last / (count - 1)) for i in range(count)]
-
-
 # ----------------------------------------------------------------------------------------------------------------------
-# A training run's lifecycle (train.py): which run a command starts or continues, the checks that keep a folder's log
-# one run's, the folder's state, a torn log row, the RNG states, what code ran; train.py passes its DEFAULTS
+# A training run's lifecycle (train.py passes its DEFAULTS)
 
 # Keys of an invocation, not of the run: a resume takes the rest from the checkpoint
 SESSION_KEYS = ('out_dir', 'init_from', 'overwrite', 'stop_iter', 'log_interval', 'device', 'dtype', 'compile',
                 'cuda_graphs', 'peak_tflops', 'backend', 'threads')
-# What fixes a run's evaluation set (eval_starts): a resume keeps it, log.csv's losses share a set
+# What fixes a run's evaluation set (data.loader.eval_starts): a resume keeps it, log.csv's losses share a set
 EVAL_SET_KEYS = ('dataset', 'data_dir', 'block_size', 'eval_tokens', 'eval_iters', 'batch_size')
 
 
@@ -323,16 +286,15 @@ def check_config(cfg, world_size):
          "no budget: set one of --max_iters, --max_tokens or --max_flops to a number > 0")
     need(cfg.learning_rate > 0, f"--learning_rate={cfg.learning_rate}: expected a number > 0")
     need(cfg.min_lr <= cfg.learning_rate or not cfg.decay_lr or cfg.lr_schedule == 'constant',
-         f"--learning_rate={cfg.learning_rate:g} is below --min_lr={cfg.min_lr:g}: the decay would "
-         f"rise {cfg.min_lr / cfg.learning_rate:.3g}x; set --min_lr too (about learning_rate/10)")
+         f"--learning_rate={cfg.learning_rate:g} is below --min_lr={cfg.min_lr:g}: the decay would rise "
+         f"{cfg.min_lr / cfg.learning_rate:.3g}x; set --min_lr too (about learning_rate/10)")
     need(0 <= cfg.beta1 < 1 and 0 <= cfg.beta2 < 1, "--beta1 and --beta2: expected [0, 1)")
-    need(not cfg.cuda_graphs or cfg.gradient_accumulation_steps // world_size == 1,
-         f"--cuda_graphs=True with --gradient_accumulation_steps={cfg.gradient_accumulation_steps} "
-         f"({cfg.gradient_accumulation_steps // world_size} micro-batches per step): gradients summed "
-         f"across CUDA-graph replays are not sound; raise --batch_size instead, or leave cuda_graphs off")
-    need(cfg.gradient_accumulation_steps % world_size == 0,
-         f"--gradient_accumulation_steps={cfg.gradient_accumulation_steps} is not a multiple of "
-         f"the world size {world_size}: it counts micro-batches over all ranks, each runs a share")
+    gas = cfg.gradient_accumulation_steps
+    need(not cfg.cuda_graphs or gas // world_size == 1, f"--cuda_graphs=True with --gradient_accumulation_steps={gas} "
+         f"({gas // world_size} micro-batches per step): gradients summed across CUDA-graph replays are not sound; "
+         f"raise --batch_size instead, or leave cuda_graphs off")
+    need(gas % world_size == 0, f"--gradient_accumulation_steps={gas} is not a multiple of the world size "
+         f"{world_size}: it counts micro-batches over all ranks, each runs a share")
     try:
         xmod.GPTConfig(**dict(model_keys(cfg), n_layer=cfg.n_layer or cfg.dense_layers))
     except ValueError as e:
@@ -345,19 +307,16 @@ def check_wandb():
         import wandb
     except ImportError:
         raise UserError("--wandb_log=True needs the wandb package: pip install wandb") from None
-    local = os.environ.get('WANDB_MODE', '') in ('offline', 'dryrun', 'disabled')
-    key = os.environ.get('WANDB_API_KEY') or getattr(getattr(wandb, 'api', None), 'api_key', None)
-    if not (local or key):
+    if not (os.environ.get('WANDB_MODE', '') in ('offline', 'dryrun', 'disabled') or os.environ.get('WANDB_API_KEY')
+            or getattr(getattr(wandb, 'api', None), 'api_key', None)):
         raise UserError("--wandb_log=True: wandb is not logged in: run `wandb login`, or set "
                         "WANDB_MODE=offline to keep the run local (`wandb sync` uploads it later)")
 
 
 def resume_config(saved, cfg, explicit, defaults):
     """A resume's or branch's config: the checkpoint's, the session keys and overrides on top."""
-    merged = dict(defaults)
-    merged.update({k: v for k, v in saved.items() if k in defaults})
-    for k in set(SESSION_KEYS) | explicit:
-        merged[k] = getattr(cfg, k)
+    merged = {**defaults, **{k: v for k, v in saved.items() if k in defaults}}
+    merged.update({k: getattr(cfg, k) for k in set(SESSION_KEYS) | explicit})
     return types.SimpleNamespace(**merged)
 
 
@@ -387,13 +346,10 @@ def check_new_run(out_dir, overwrite, say=True):
 
 
 def which_run(cfg, explicit, world_size, defaults, locks=None):
-    """(cfg, resume, checkpoint, branch): a new run, a resume (auto: when out_dir has a checkpoint) or a branch of a
-    kept step, decided before anything is written (bad input: UserError, the folder as it was). locks: rank 0's list
-    for the folder's lock, taken here when a trainer wrote in out_dir before. A branch whose out_dir holds its
-    checkpoint continues it, like auto."""
+    """(cfg, resume, checkpoint, branch), decided before anything is written (bad input: UserError). locks: rank 0's
+    list for the folder's lock, taken here if a trainer wrote there. A branch whose out_dir holds it continues it."""
     check_config(cfg, world_size)
-    fd = lock(cfg.out_dir, create=False) if locks is not None else None
-    if fd is not None:
+    if locks is not None and (fd := lock(cfg.out_dir, create=False)) is not None:
         locks.append(fd)
     ckpt_path = os.path.join(cfg.out_dir, 'ckpt.pt')
     branch_from = cfg.init_from if cfg.init_from.endswith('.pt') else None
@@ -421,54 +377,19 @@ def which_run(cfg, explicit, world_size, defaults, locks=None):
     return cfg, False, checkpoint, branch
 
 
-def truncate_log(path, last_step):
-    """On resume: drop the rows after the checkpoint's step and a last line cut mid-line (rows are written whole,
-    newline last). Returns the torn line's text, or None."""
-    header, rows = log_rows(path)
-    if header is None:
-        return None
-    with open(path, 'rb') as f:
-        torn = rows.pop() if rows and not f.read().endswith(b'\n') else None
-    kept = [r for r in rows if len(r) == len(header) and r[0].isdigit() and int(r[0]) <= last_step]
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator='\n').writerows([header] + kept)
-    atomic_write(path, lambda f: f.write(buf.getvalue().encode()))
-    return None if torn is None else ','.join(torn)
-
-
-def rng_state():
-    """Every generator's state, as plain values and tensors (the checkpoint loads weights_only)."""
-    name, key, pos, has_gauss, cached = np.random.get_state()
-    return {'python': random.getstate(), 'numpy': [name, key.tolist(), pos, has_gauss, cached],
-            'torch': torch.get_rng_state(),
-            'cuda': torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
-
-
-def set_rng_state(s):
-    random.setstate((s['python'][0], tuple(s['python'][1]), s['python'][2]))
-    name, key, pos, has_gauss, cached = s['numpy']
-    np.random.set_state((name, np.array(key, dtype=np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(s['torch'])
-    if s['cuda'] and torch.cuda.is_available() and len(s['cuda']) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(s['cuda'])
-
-
 def open_run(cfg, which, model, optimizer, scaler, info, meta, locks, rank=0, world_size=1):
-    """The run, in its folder (which: which_run's resume, checkpoint, branch): the checkpoint checked against the model
-    and the budget, its state loaded (weights, optimizer, grad scaler, RNG); then, on rank 0, the folder's lock taken,
-    log.csv cut back to the checkpoint's step (a row lost in a cut written again), the run a new run replaces cleared,
-    and run.json (info, what code ran) written: the folder is this run's now."""
+    """The Run (which: which_run's resume, checkpoint, branch): the checkpoint checked against the model and budget,
+    its state loaded; then on rank 0 the folder's lock, log.csv cut back to the checkpoint's step (a row a cut lost,
+    again) or the run a new one replaces cleared, and run.json (info, what code ran): the folder is this run's."""
     resume, ckpt, branch = which
-    model_args = dataclasses.asdict(model.config)
-    if ckpt is not None and model_args != ckpt['model_args']:
-        diff = [f"{k}={ckpt['model_args'].get(k)!r} (now {v!r})" for k, v in model_args.items()
-                if ckpt['model_args'].get(k) != v]
+    args, c = dataclasses.asdict(model.config), ckpt or {}
+    if ckpt is not None and args != ckpt['model_args']:
+        diff = [f"{k}={c['model_args'].get(k)!r} (now {v!r})" for k, v in args.items() if c['model_args'].get(k) != v]
         raise UserError(f"the checkpoint's model differs from this config: {', '.join(diff)}; resume with the run's "
                         f"own settings")
     if branch is not None and not resume and branch['step'] >= info['n_iters']:
         raise UserError(f"--init_from={cfg.init_from} is step {branch['step']:,}, and this run's budget is "
                         f"{info['n_iters']:,} steps: nothing left to train (give a larger --max_tokens or --max_iters)")
-    c = ckpt or {}
     if ckpt is not None:
         try:
             model.load_state_dict(clean_state_dict(ckpt['model']))
@@ -478,18 +399,16 @@ def open_run(cfg, which, model, optimizer, scaler, info, meta, locks, rank=0, wo
         if ckpt.get('scaler'):
             scaler.load_state_dict(ckpt['scaler'])
         set_rng_state(ckpt['rng'][rank] if rank < len(ckpt['rng']) else ckpt['rng'][0])
-    # the schedule's length is fixed when a run starts: a resume with a larger budget goes on at min_lr; a branch is
-    # a new run, its schedule follows its own budget
     info = {**info, **git_state(os.path.dirname(os.path.abspath(__file__))), 'torch_version': torch.__version__,
             'finished': False, 'final': None, **({'branch_of': branch} if branch else {})}
-    run = Run(cfg=cfg, model=model, optimizer=optimizer, scaler=scaler, info=info, meta=meta, branch=branch,
-              rank=rank, world_size=world_size, tracker=None, step=c.get('step', 0),
+    # the schedule's length is fixed when a run starts: a longer resume goes on at min_lr; a branch has its own
+    run = Run(cfg=cfg, model=model, optimizer=optimizer, scaler=scaler, info=info, meta=meta, resume=resume,
+              branch=branch, rank=rank, world_size=world_size, tracker=None, step=c.get('step', 0),
               schedule_iters=c.get('schedule_iters', c.get('n_iters')) if resume else info['n_iters'],
               best_val_loss=c.get('best_val_loss', float('inf')), last_eval=c.get('last_eval'),
               last_row=c.get('last_row') if resume else None, elapsed_s=c.get('elapsed_s', 0.0),
               train_loss_sum=c.get('train_loss_sum', 0.0), train_loss_steps=c.get('train_loss_steps', 0),
-              run_path=os.path.join(cfg.out_dir, 'run.json'), log_path=os.path.join(cfg.out_dir, 'log.csv'),
-              ckpt_path=os.path.join(cfg.out_dir, 'ckpt.pt'))
+              **{f'{name}_path': os.path.join(cfg.out_dir, f) for name, f in zip(('run', 'log', 'ckpt'), RUN_FILES)})
     if rank != 0:
         return run
     os.makedirs(cfg.out_dir, exist_ok=True)
@@ -508,68 +427,109 @@ def open_run(cfg, which, model, optimizer, scaler, info, meta, locks, rank=0, wo
                   f"{torn[:30]!r}); " + (f"wrote step {run.step}'s row again from the checkpoint" if relog else
                                          f"training resumes at step {run.step} and logs the steps after it"))
     else:                 # a new run clears the run it replaces (--overwrite, or no checkpoint)
-        kept = glob.glob(os.path.join(glob.escape(cfg.out_dir), 'ckpt_*.pt'))
-        for f in RUN_FILES + tuple(kept):
+        for f in RUN_FILES + tuple(glob.glob(os.path.join(glob.escape(cfg.out_dir), 'ckpt_*.pt'))):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(os.path.join(cfg.out_dir, f))
     write_json(run.run_path, info)
+    if cfg.wandb_log:   # nanoGPT's convention: each log.csv row goes to W&B too
+        import wandb
+        run.tracker = wandb.init(project=cfg.wandb_project, dir=cfg.out_dir, config=vars(cfg),
+                                 name=cfg.wandb_run_name or os.path.basename(os.path.abspath(cfg.out_dir)))
     return run
 
 
-class Run:
-    """A training run as open_run opened it: where it stands (step, schedule_iters, the best and the last evaluation,
-    its clock and training loss since the last row, from its checkpoint) and its writes, each on rank 0 only."""
-    def __init__(self, **fields):
-        self.__dict__.update(fields)
+def truncate_log(path, last_step):
+    """On resume: drop the rows after the checkpoint's step, and a last line cut mid-line (returned, else None)."""
+    header, rows = log_rows(path)
+    if header is None:
+        return None
+    with open(path, 'rb') as f:
+        torn = rows.pop() if rows and not f.read().endswith(b'\n') else None
+    kept = [r for r in rows if len(r) == len(header) and r[0].isdigit() and int(r[0]) <= last_step]
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator='\n').writerows([header] + kept)
+    atomic_write(path, lambda f: f.write(buf.getvalue().encode()))
+    return None if torn is None else ','.join(torn)
 
-    def state(self, step, elapsed_s, loss_sum=None, loss_steps=0):
-        """The checkpoint: enough to continue exactly (the step fixes the data position) and to branch (loss_sum, on
-        every rank: the training loss summed over the loss_steps steps since the last evaluation)."""
+
+class Run(types.SimpleNamespace):
+    """A run as open_run opened it: where it stands (step, schedule_iters, evaluations, clock, loss) and its writes."""
+
+    def say_start(self, data, ddp, follows_world, n_layer_from_file):
+        """What the run is (data: folder, train and val tokens, eval windows), and the notes its start calls for."""
+        if self.rank != 0:
+            return
+        cfg, mcfg, info, (folder, n_train, n_val, windows) = self.cfg, self.model.config, self.info, data
+        T, fpt, n_iters, per_iter = cfg.block_size, info['flops_per_token'], info['n_iters'], info['tokens_per_iter']
+        new, sparse = not self.resume and not self.branch, cfg.model in ('mod', 'xmod')
+        if follows_world and new:
+            print(f"note: --gradient_accumulation_steps follows the world size: {cfg.gradient_accumulation_steps}, "
+                  f"one micro-batch of {cfg.batch_size} rows per rank; pass --gradient_accumulation_steps=N, a "
+                  f"multiple of {self.world_size}, to set it")
+        if n_layer_from_file and new and sparse and cfg.match_flops:
+            print(f"note: n_layer={cfg.n_layer} (from the config file) is the {cfg.model} model's own depth, "
+                  f"FLOP-matched to a dense model of dense_layers={cfg.dense_layers} layers; to match a "
+                  f"{cfg.n_layer}-layer dense model, run with --dense_layers={cfg.n_layer} --n_layer=0")
+        routed = (f", capacity {mcfg.capacity:.4f} ({xmod.routed_k(mcfg.capacity, T)}/{T} tokens)"
+                  if 'routed' in xmod.layer_kinds(mcfg) else ', no routed layer: the dense model' if sparse else '')
+        matched = f", FLOP-matched to dense {cfg.dense_layers} layers" if sparse and cfg.match_flops else ''
+        print(f"model {mcfg.model}: layout {info['layout']} ({mcfg.n_layer} layers{routed}){matched}")
+        print(f"params {info['params_total']:,} total, {info['params_active']:,.0f} active (non-embedding), rho "
+              f"{info['params_total'] / info['params_active']:.2f}; {fpt / 1e6:.3f}M FLOPs/token forward")
+        shown = folder if os.path.relpath(folder).startswith('..') else os.path.relpath(folder)
+        print(f"data {shown}: {n_train:,} train / {n_val:,} val tokens, {self.meta.get('tokenizer')} vocab "
+              f"{self.meta['vocab_size']:,}; eval set {windows} windows x {T} = {windows * T:,} tokens")
+        print(f"budget {n_iters:,} iters x {per_iter:,} tokens = {n_iters * per_iter / 1e6:.2f}M tokens, "
+              f"{3 * fpt * n_iters * per_iter:.3g} FLOPs; device {info['device']} {info['dtype']}"
+              f"{f' x {self.world_size} ranks' if ddp else ''}; out_dir {cfg.out_dir}"
+              + (f"; resuming at step {self.step}" if self.resume else ''))
+        if self.branch and not self.resume:
+            at = cooldown_start(cfg, self.schedule_iters)
+            sched = f"; its cooldown starts at step {at:,}" if cfg.lr_schedule == 'wsd' else ''
+            print(f"branch of {self.branch['checkpoint']} at step {self.branch['step']:,}{sched}")
+        if n_iters > self.schedule_iters:
+            print(f"extending: the learning-rate schedule of this run ended at step {self.schedule_iters:,}; steps "
+                  f"{self.schedule_iters:,}-{n_iters:,} run at min_lr={cfg.min_lr:g}")
+
+    def evaluated(self, row, elapsed_s):
+        """log.csv's row (and W&B's), then the checkpoint: a kill in between loses the row, not the step."""
+        self.best_val_loss = min(self.best_val_loss, row['val_loss_causal'])
+        self.last_eval = {k: row[k] for k in ('step', 'tokens', 'flops', 'val_loss', 'val_loss_causal')}
+        self.last_row = row
+        if self.rank == 0:
+            append_log(self.log_path, row)
+            if self.tracker:
+                self.tracker.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=row['step'])
+        self.save(self.ckpt_path, row['step'], elapsed_s)
+
+    def save(self, path, step, elapsed_s, loss_sum=None, loss_steps=0):
+        """A checkpoint to continue exactly and to branch (loss_sum over loss_steps since the row); rank 0 writes."""
         if loss_sum is not None:
             loss_sum = loss_sum.clone()
             if self.world_size > 1:
                 torch.distributed.all_reduce(loss_sum, op=torch.distributed.ReduceOp.AVG)
             loss_sum = loss_sum.item()
-        rngs = [rng_state()]
+        rngs = [rng_state()] * self.world_size
         if self.world_size > 1:
-            rngs = [None] * self.world_size
             torch.distributed.all_gather_object(rngs, rng_state())
-        return {'model': self.model.state_dict(), 'optimizer': self.optimizer.state_dict(),
-                'scaler': self.scaler.state_dict(), 'config': vars(self.cfg), 'model_args': self.info['model_config'],
-                'step': step, 'data': {'seed': self.cfg.seed, 'step': step,
-                                       'tokens': step * self.info['tokens_per_iter']},
-                'n_iters': self.info['n_iters'], 'schedule_iters': self.schedule_iters,
-                'best_val_loss': self.best_val_loss, 'elapsed_s': elapsed_s, 'last_eval': self.last_eval,
-                'last_row': self.last_row, 'rng': rngs, 'meta': self.meta, 'branch_of': self.branch,
-                'train_loss_sum': loss_sum or 0.0, 'train_loss_steps': loss_steps}
-
-    def evaluated(self, row, elapsed_s):
-        """An evaluation's row into the run's state, then log.csv (and W&B) first and the checkpoint second: a kill
-        in between loses the row on resume (written again from the checkpoint), not the step."""
-        self.best_val_loss = min(self.best_val_loss, row['val_loss_causal'])
-        self.last_eval = {k: row[k] for k in ('step', 'tokens', 'flops', 'val_loss', 'val_loss_causal')}
-        self.last_row = row
-        state = self.state(row['step'], elapsed_s)
         if self.rank == 0:
-            append_log(self.log_path, row)
-            if self.tracker:
-                self.tracker.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=row['step'])
-            save_checkpoint(state, self.ckpt_path)
-
-    def save(self, path, step, elapsed_s, loss_sum, loss_steps):
-        """A checkpoint between evaluations (a --save_steps copy, or where Ctrl-C stopped the run)."""
-        state = self.state(step, elapsed_s, loss_sum, loss_steps)
-        if self.rank == 0:
-            save_checkpoint(state, path)
+            save_checkpoint({'model': self.model.state_dict(), 'optimizer': self.optimizer.state_dict(),
+                             'scaler': self.scaler.state_dict(), 'config': vars(self.cfg),
+                             'model_args': self.info['model_config'], 'step': step,
+                             'data': dict(seed=self.cfg.seed, step=step, tokens=step * self.info['tokens_per_iter']),
+                             'n_iters': self.info['n_iters'], 'schedule_iters': self.schedule_iters,
+                             'best_val_loss': self.best_val_loss, 'elapsed_s': elapsed_s, 'last_eval': self.last_eval,
+                             'last_row': self.last_row, 'rng': rngs, 'meta': self.meta, 'branch_of': self.branch,
+                             'train_loss_sum': loss_sum or 0.0, 'train_loss_steps': loss_steps}, path)
 
     def diverged(self, what, value, step, advice=''):
-        """The loss became NaN or inf: run.json records where, the last good checkpoint stays."""
+        """The loss became NaN or inf: run.json records where; the last good checkpoint stays."""
         if self.rank == 0:
             self.info['diverged'] = {'step': step, 'what': what}
             write_json(self.run_path, self.info)
+        last = self.last_eval['step'] if self.last_eval else 'none'
         return LossDiverged(f"the {what} is {value} at step {step}: stopping. The last good checkpoint "
-                            f"({self.ckpt_path}, step {self.last_eval['step'] if self.last_eval else 'none'}) is "
-                            f"kept{advice}")
+                            f"({self.ckpt_path}, step {last}) is kept{advice}")
 
     def finish(self):
         if self.tracker:
@@ -580,9 +540,8 @@ class Run:
 
 
 def stop_on_signals(enabled):
-    """From here on, Ctrl-C or SIGTERM puts the signal into the list returned, for the loop to save its state at the
-    next step boundary and stop; a second one stops at once (KeyboardInterrupt). Not under DDP (enabled=False), whose
-    ranks would stop at different steps: there the first stops at once. The caller puts the handlers back."""
+    """From now on Ctrl-C or SIGTERM goes into the list returned (the loop saves its step, then stops); a second stops
+    at once, as the first does under DDP (enabled=False: ranks would stop at different steps). Caller restores."""
     stop = []
 
     def on_signal(signum, frame):
@@ -594,3 +553,19 @@ def stop_on_signals(enabled):
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, on_signal)
     return stop
+
+
+def rng_state():
+    """Every generator's state, as plain values and tensors (the checkpoint loads weights_only)."""
+    name, key, pos, has_gauss, cached = np.random.get_state()
+    return {'python': random.getstate(), 'numpy': [name, key.tolist(), pos, has_gauss, cached],
+            'torch': torch.get_rng_state(), 'cuda': torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def set_rng_state(s):
+    random.setstate((s['python'][0], tuple(s['python'][1]), s['python'][2]))
+    name, key, pos, has_gauss, cached = s['numpy']
+    np.random.set_state((name, np.array(key, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(s['torch'])
+    if s['cuda'] and torch.cuda.is_available() and len(s['cuda']) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(s['cuda'])

@@ -14,8 +14,7 @@ run.json, ckpt.pt and kept steps ckpt_S.pt; --init_from=resume continues exactly
 gives every shorter budget, branched at its cooldown). Read `train` top to bottom: the settings, the
 data, the model and optimizer, the run's folder, the loop; the run's lifecycle is in run_folder.py.
 Exit codes: 0 done (or stopped by stop_iter); 2 bad input (one line on stderr, nothing on disk
-touched); 3 the loss became NaN or inf (the last good checkpoint is kept); 130 interrupted (Ctrl-C
-saves the step it stopped at).
+touched); 3 the loss became NaN or inf (the last good checkpoint is kept); 130 interrupted (saved).
 """
 import dataclasses
 import inspect
@@ -36,8 +35,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # xmod.py, conf
 import run_folder  # checkpoints, log.csv, run.json, the run's plan and lifecycle
 import xmod
 from configurator import UserError, configure, defaults_of, run_main
-from data import find_data
-from run_folder import eval_starts, open_split, read_windows, sizes
+from data.loader import eval_starts, find_data, open_split, read_windows
+from run_folder import sizes
 from xmod import GPT, GPTConfig
 
 # --------------------------------------------------------------------------------------------------
@@ -48,15 +47,13 @@ eval_interval = 250         # evaluate, log a row and checkpoint every this many
 eval_tokens = 65536         # the fixed validation set's size (0 = the whole val split)
 eval_iters = 0              # nanoGPT's knob: > 0: the val set is eval_iters batches of batch_size
 log_interval = 10           # progress bar and NaN check every this many iterations
-init_from = 'scratch'       # 'scratch' | 'resume' | 'auto' (resume when out_dir has a checkpoint,
-                            # else scratch) | PATH/ckpt_S.pt: a new run in out_dir branched from
-                            # that kept step (weights, optimizer, RNG, data position); its schedule
-                            # follows its own budget (WSD cooldowns)
+init_from = 'scratch'       # 'scratch' | 'resume' | 'auto' (resume when out_dir has a checkpoint, else scratch) |
+                            # PATH/ckpt_S.pt: a new run in out_dir branched from that kept step (weights, optimizer,
+                            # RNG, data position); its schedule follows its own budget (WSD cooldowns)
 save_steps = ''             # steps also kept as out_dir/ckpt_S.pt, comma-separated (branch points)
 overwrite = False           # scratch into an out_dir that holds a run replaces it only with this
 stop_iter = 0               # stop after this step as if killed (0 = off): resume tests, drills
-wandb_log = False           # also log every log.csv row to Weights & Biases (pip install wandb;
-                            # WANDB_MODE=offline works)
+wandb_log = False           # also log each log.csv row to Weights & Biases (pip install wandb; WANDB_MODE=offline)
 wandb_project = 'xmod'      # its project
 wandb_run_name = ''         # its run name ('' = out_dir's last folder name)
 # data
@@ -65,9 +62,8 @@ data_dir = ''               # a folder with those three files instead (tests, cu
 gradient_accumulation_steps = 1   # global: each of world_size DDP ranks runs an equal share
 batch_size = 16             # micro-batch size (rows per forward)
 block_size = 128            # context length T
-# model: every field of xmod.GPTConfig is a key too (--n_head, --stride, --capacity, --gate, ...),
-# with its default and comment (--help lists them after n_layer); None = the family's default.
-# train.py's own:
+# model: every field of xmod.GPTConfig is a key too (--n_head, --stride, --capacity, --gate, ...), with its default and
+# comment (--help lists them after n_layer); None = the family's default. train.py's own:
 model = 'xmod'              # 'dense' | 'mod' | 'xmod' | 'moe'
 dense_layers = 4            # depth of the dense baseline a sparse run is FLOP-matched to
 match_flops = True          # mod/xmod: capacity (and depth, if n_layer=0) FLOP-matched to it
@@ -78,8 +74,7 @@ max_tokens = 0              # training tokens (the way to give a FLOP-matched pa
 max_flops = 0.0             # training FLOPs, counted as 3 x forward FLOPs/token x tokens
 # optimizer: AdamW, linear warmup, then the schedule: cosine decay to min_lr, or warmup-stable-decay
 learning_rate = 1e-3        # peak learning rate
-lr_schedule = 'cosine'      # 'cosine' | 'wsd' (constant, then linear to min_lr over the last
-                            # cooldown_frac) | 'constant'
+lr_schedule = 'cosine'      # 'cosine' | 'wsd' (constant, then linear to min_lr over the last cooldown_frac) | constant
 cooldown_frac = 0.2         # wsd: the fraction of the budget that decays to min_lr
 weight_decay = 0.1          # AdamW's, on matrices only
 beta1 = 0.9                 # AdamW's first-moment decay
@@ -92,17 +87,15 @@ min_lr = 1e-4               # ~ learning_rate/10 (Chinchilla); set it together w
 device = ''                 # '' = auto: cuda, then mps, then cpu
 dtype = ''                  # '' = bfloat16 autocast on CUDA (float16 without), float32 elsewhere
 compile = False             # torch.compile: on a GPU; on a CPU, only long runs gain (docs/speed.md)
-cuda_graphs = False         # with compile: the training step replayed from CUDA graphs; CUDA only,
-                            # one micro-batch per step
+cuda_graphs = False         # with compile: the training step replayed from CUDA graphs (CUDA, one micro-batch a step)
 peak_tflops = 0.0           # the GPU's peak TFLOP/s for mfu (0 = by its name: bench.PEAK_TFLOPS)
 backend = ''                # DDP backend, '' = nccl on GPU, gloo on CPU
-threads = 0                 # CPU threads of the whole run (0 = torch's count less the cores other
-                            # processes keep busy at the start; sweeps/sweep.py sets each job's)
+threads = 0                 # CPU threads of the whole run (0 = torch's count less the cores other processes keep
+                            # busy at the start; sweeps/sweep.py sets each job's)
 seed = 1337                 # initial weights, data order and dropout
 # --------------------------------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals(), GPTConfig, skip=('vocab_size',))   # then GPTConfig's fields
-# stdout not a terminal (a log file, a sweep's train.log): a progress line between evaluations at least this often
-PROGRESS_S = 30
+PROGRESS_S = 30   # stdout not a terminal (a log file, a sweep's train.log): a progress line at least this often
 
 
 # --------------------------------------------------------------------------------------------------
@@ -168,9 +161,8 @@ def train(argv, locks):
     cfg, explicit = configure(argv, DEFAULTS, doc=__doc__, source=__file__, from_file=from_file, model=GPTConfig)
     cfg.out_dir = cfg.out_dir or f'out-{cfg.model}'   # each family its own folder: xmod, then dense
     ddp = int(os.environ.get('RANK', -1)) != -1
-    rank, local_rank, world_size = 0, 0, 1
-    if ddp:
-        rank, local_rank, world_size = (int(os.environ[k]) for k in ('RANK', 'LOCAL_RANK', 'WORLD_SIZE'))
+    rank, local_rank, world_size = (int(os.environ[k]) for k in ('RANK', 'LOCAL_RANK', 'WORLD_SIZE')) if ddp else \
+        (0, 0, 1)
     master = rank == 0                             # rank 0 writes the run folder and prints
     # Under torchrun without the key, each rank runs one micro-batch (the batch grows with them)
     follows_world = world_size > 1 and 'gradient_accumulation_steps' not in explicit
@@ -180,34 +172,32 @@ def train(argv, locks):
     cfg, resume, ckpt, branch = run_folder.which_run(cfg, explicit, world_size, DEFAULTS, locks if master else None)
     dev = pick_device(cfg.device, local_rank if ddp else None)
     device_type = dev.split(':')[0]
-    torch_threads = torch.get_num_threads()
-    threads, threads_from = torch_threads, f'torch (device {device_type})'
+    threads, threads_from = torch.get_num_threads(), f'torch (device {device_type})'
     if device_type == 'cpu':
-        threads, threads_from = cpu_threads(cfg.threads)
+        threads, threads_from = cpu_threads(cfg.threads, say=master)
         torch.set_num_threads(threads)             # from the start: step 0's evaluation too
     if cfg.cuda_graphs and (device_type != 'cuda' or not cfg.compile):
-        raise UserError(f"--cuda_graphs=True captures the compiled training step in CUDA graphs: it "
-                        f"needs --compile=True and a CUDA device (here {dev}"
-                        f"{'' if cfg.compile else ', compile=False'})")
+        raise UserError(f"--cuda_graphs=True captures the compiled training step in CUDA graphs: it needs "
+                        f"--compile=True and a CUDA device (here {dev}{'' if cfg.compile else ', compile=False'})")
     if cfg.wandb_log and master:
         run_folder.check_wandb()
-    # --dtype '' = bfloat16 on a CUDA device that has it, float16 on one that lacks it (its grad
-    # scaler keeps it trainable, nanoGPT's choice), float32 elsewhere
+    # --dtype '' = bfloat16 on a CUDA device that has it, float16 on one that lacks it (its grad scaler keeps it
+    # trainable, nanoGPT's choice), float32 elsewhere
     dtype = cfg.dtype or ('float32' if device_type != 'cuda' else
                           'bfloat16' if torch.cuda.is_bf16_supported() else 'float16')
     ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type, dtype=getattr(torch, dtype))
     if dtype == 'float16' and device_type not in ('cuda', 'cpu'):
-        raise UserError(f"--dtype=float16 needs a CUDA device or the CPU (its grad scaler), not "
-                        f"{device_type} (use float32 or bfloat16)")
+        raise UserError(f"--dtype=float16 needs a CUDA device or the CPU (its grad scaler), not {device_type} "
+                        f"(use float32 or bfloat16)")
+    slow = device_type == 'cpu' and cpu_lacks_matrix_instructions(dtype)
+    if master and slow is not False:         # None: torch cannot tell
+        print(f"note: {'this CPU has' if slow else 'on a CPU with'} no matrix instructions for {dtype}, training "
+              f"takes 8x float32's time or more (docs/gpu.md): --dtype={dtype} on a CPU is for testing the GPU "
+              f"path, float32 trains faster")
 
     # ---- data: the model's plan and budget; batches are a pure function of (seed, step)
-    folder, meta = find_data(cfg, ddp)
+    folder, meta, n_train, n_val = find_data(cfg, ddp)
     T, B = cfg.block_size, cfg.batch_size
-    n_train, n_val = len(open_split(folder, 'train')), len(open_split(folder, 'val'))
-    for split, n in (('validation', n_val), ('training', n_train)):
-        if n < T + 1:
-            raise UserError(f"block_size={T} is larger than the {split} split ({n} tokens in "
-                            f"{folder}): lower --block_size")
     mcfg, tokens_per_iter, fpt, n_iters = sizes(cfg, meta)
     starts = eval_starts(n_val, T, cfg.eval_iters * B * T if cfg.eval_iters else cfg.eval_tokens, B)
     save_steps = {int(x) for x in cfg.save_steps.split(',') if x.strip()}
@@ -232,65 +222,19 @@ def train(argv, locks):
     torch.manual_seed(cfg.seed + rank)             # dropout: its own stream per rank
     raw_model.to(dev)
     scaler = torch.amp.GradScaler(device_type, enabled=dtype == 'float16')
-    optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
-                                               (cfg.beta1, cfg.beta2), device_type)
+    optimizer = raw_model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), device_type)
 
     # ---- the run's folder: a checkpoint's state loaded (resume, branch), run.json written; what happens said
-    params_total, params_active = raw_model.num_params(), raw_model.num_active_params()
-    layout = xmod.layout_string(mcfg)
     info = {'config': {k: getattr(mcfg, k, v) for k, v in vars(cfg).items()},  # model's: resolved
-            'model_config': dataclasses.asdict(mcfg), 'layout': layout, 'params_total': params_total,
-            'params_active': params_active, 'flops_per_token': fpt, 'tokens_per_iter': tokens_per_iter,
+            'model_config': dataclasses.asdict(mcfg), 'layout': xmod.layout_string(mcfg),
+            'params_total': raw_model.num_params(), 'params_active': raw_model.num_active_params(),
+            'flops_per_token': fpt, 'tokens_per_iter': tokens_per_iter,
             'n_iters': n_iters, 'world_size': world_size, 'seed': cfg.seed, 'device': dev, 'dtype': dtype,
             'threads': threads, 'threads_from': threads_from}
-    run = run_folder.open_run(cfg, (resume, ckpt, branch), raw_model, optimizer, scaler, info, meta,
-                              locks, rank, world_size)
+    run = run_folder.open_run(cfg, (resume, ckpt, branch), raw_model, optimizer, scaler, info, meta, locks, rank,
+                              world_size)
     iter_num, schedule_iters, ckpt = run.step, run.schedule_iters, None     # free the checkpoint's memory
-    if master:
-        if follows_world and not resume and not branch:
-            print(f"note: --gradient_accumulation_steps follows the world size: "
-                  f"{cfg.gradient_accumulation_steps}, one micro-batch of {B} rows per rank; pass "
-                  f"--gradient_accumulation_steps=N, a multiple of {world_size}, to set it")
-        sparse = cfg.model in ('mod', 'xmod')
-        if 'n_layer' in from_file and not resume and not branch and sparse and cfg.match_flops:
-            print(f"note: n_layer={cfg.n_layer} (from the config file) is the {cfg.model} model's "
-                  f"own depth, FLOP-matched to a dense model of dense_layers={cfg.dense_layers} "
-                  f"layers; to match a {cfg.n_layer}-layer dense model, run with "
-                  f"--dense_layers={cfg.n_layer} --n_layer=0")
-        routed = (f", capacity {mcfg.capacity:.4f} ({xmod.routed_k(mcfg.capacity, T)}/{T} tokens)"
-                  if 'routed' in xmod.layer_kinds(mcfg) else
-                  ', no routed layer: the dense model' if sparse else '')
-        matched = f", FLOP-matched to dense {cfg.dense_layers} layers" if sparse and cfg.match_flops else ''
-        print(f"model {mcfg.model}: layout {layout} ({mcfg.n_layer} layers{routed}){matched}")
-        print(f"params {params_total:,} total, {params_active:,.0f} active (non-embedding), rho "
-              f"{params_total / params_active:.2f}; {fpt / 1e6:.3f}M FLOPs/token forward")
-        shown = folder if os.path.relpath(folder).startswith('..') else os.path.relpath(folder)
-        print(f"data {shown}: {n_train:,} train / {n_val:,} val tokens, {meta.get('tokenizer')} "
-              f"vocab {meta['vocab_size']:,}; eval set {len(starts)} windows x {T} = {len(starts) * T:,} tokens")
-        print(f"budget {n_iters:,} iters x {tokens_per_iter:,} tokens = "
-              f"{n_iters * tokens_per_iter / 1e6:.2f}M tokens, "
-              f"{3 * fpt * n_iters * tokens_per_iter:.3g} FLOPs; device {dev} {dtype}"
-              f"{f' x {world_size} ranks' if ddp else ''}; out_dir {cfg.out_dir}"
-              + (f"; resuming at step {iter_num}" if resume else ''))
-        if threads < torch_threads and threads_from.endswith('processes'):
-            print(f"note: {threads_from}: training on {threads} thread(s), not torch's {torch_threads} (a thread "
-                  f"that shares a core with a busy process stalls the others); --threads=N sets the count")
-        slow = device_type == 'cpu' and cpu_lacks_matrix_instructions(dtype)
-        if slow is not False:         # None: torch cannot tell
-            print(f"note: {'this CPU has' if slow else 'on a CPU with'} no matrix instructions for "
-                  f"{dtype}, training takes 8x float32's time or more (docs/gpu.md): --dtype={dtype} "
-                  f"on a CPU is for testing the GPU path, float32 trains faster")
-        if branch and not resume:
-            at = run_folder.cooldown_start(cfg, schedule_iters)
-            sched = f"; its cooldown starts at step {at:,}" if cfg.lr_schedule == 'wsd' else ''
-            print(f"branch of {branch['checkpoint']} at step {branch['step']:,}{sched}")
-        if n_iters > schedule_iters:
-            print(f"extending: the learning-rate schedule of this run ended at step "
-                  f"{schedule_iters:,}; steps {schedule_iters:,}-{n_iters:,} run at min_lr={cfg.min_lr:g}")
-    if cfg.wandb_log and master:   # nanoGPT's convention: each log.csv row goes to W&B too
-        import wandb
-        run.tracker = wandb.init(project=cfg.wandb_project, dir=cfg.out_dir, config=vars(cfg),
-                                 name=cfg.wandb_run_name or os.path.basename(os.path.abspath(cfg.out_dir)))
+    run.say_start((folder, n_train, n_val, len(starts)), ddp, follows_world, 'n_layer' in from_file)
     # the GPU's peak for mfu: --peak_tflops, else the datasheet's for its name (bench.py's table)
     peak = cfg.peak_tflops
     if not peak and device_type == 'cuda':
@@ -301,14 +245,13 @@ def train(argv, locks):
     if cfg.compile:   # causal routing reads its padded count k_max from the data: in the graph
         torch._dynamo.config.capture_scalar_outputs = True
     model = torch.compile(raw_model) if cfg.compile else raw_model      # what evaluation calls
-    # --cuda_graphs: the training step (top-k routing, static shapes) replayed from CUDA graphs;
-    # evaluation keeps the default mode (causal routing's sizes come from the data)
+    # --cuda_graphs: CUDA graphs for the training step (top-k: static shapes), not for evaluation (causal sizes vary)
     train_model = torch.compile(raw_model, mode='reduce-overhead') if cfg.cuda_graphs else model
     if ddp:
         from torch.nn.parallel import DistributedDataParallel as DDP
-        # MoD's plain gate leaves Router.gain out of the graph. No buffer syncing: the RoPE tables
-        # and thresholds agree by construction (calibrate gathers every rank's scores), random
-        # routing's draw is each rank's own; torch < 2.13 knows only broadcast_buffers
+        # MoD's plain gate leaves Router.gain out of the graph. No buffer syncing: the RoPE tables and thresholds
+        # agree by construction (calibrate gathers every rank's scores), random routing's draw is each rank's own;
+        # torch < 2.13 knows only broadcast_buffers
         unused = mcfg.gate == 'plain' and bool(raw_model.routed_layers())
         new = 'forward_sync_buffers' in inspect.signature(DDP).parameters
         no_sync = {'forward_sync_buffers' if new else 'broadcast_buffers': False}
@@ -321,16 +264,15 @@ def train(argv, locks):
             torch.distributed.all_reduce(total, op=torch.distributed.ReduceOp.AVG)
         mean = total.item() / n
         if not math.isfinite(mean):
-            raise run.diverged(what, mean, iter_num, '; lower --learning_rate or raise --warmup_iters and '
-                                                     'resume with --init_from=resume')
+            raise run.diverged(what, mean, iter_num, '; lower --learning_rate or raise --warmup_iters and resume '
+                                                     'with --init_from=resume')
         return mean
 
     # ---- the loop: evaluate (a log.csv row, then the checkpoint), then one optimizer step
     t0 = time.time() - run.elapsed_s               # the clock goes on from the runs this continues
     train_sum = torch.full((), run.train_loss_sum, device=dev)   # (): the LM loss summed since the last row
     train_steps = run.train_loss_steps
-    bar = tqdm(total=n_iters, initial=iter_num, disable=True if not master else None,
-               dynamic_ncols=True, unit='it', leave=False)
+    bar = tqdm(total=n_iters, initial=iter_num, disable=None if master else True, dynamic_ncols=True, leave=False)
     evaluated_at = iter_num if resume or branch else -1     # its evaluation is already logged
     window, window_steps, t_mark = torch.zeros((), device=dev), 0, time.time()   # the bar's
     timed_steps, t_timed = -1, time.time()   # tokens_per_s: steps after the first since the eval
@@ -342,13 +284,12 @@ def train(argv, locks):
         while True:
             if (iter_num % cfg.eval_interval == 0 or iter_num == n_iters) and iter_num != evaluated_at:
                 t_eval = time.time()
-                # the training figures since the last row: the loss, and the speed without the first
-                # step after an evaluation (which compiles, or warms up): a row after one has none
+                # the training figures since the last row: the loss, and the speed without the first step after an
+                # evaluation (which compiles, or warms up): a row after one has none
                 train_loss = mean_loss(train_sum, train_steps) if train_steps else ''
-                tokens_per_s = (round(timed_steps * tokens_per_iter / (t_eval - t_timed), 1)
-                                if timed_steps > 0 else '')
-                # val_loss (top-k routing), val_loss_causal (causal: the honest one), then each
-                # mode's statistics. Before the first training step, eager: training compiles first
+                tokens_per_s = round(timed_steps * tokens_per_iter / (t_eval - t_timed), 1) if timed_steps > 0 else ''
+                # val_loss (top-k routing), val_loss_causal (causal: the honest one), then each mode's statistics.
+                # Before the first training step, eager: training compiles first
                 ev_model = model if trained else raw_model
                 ev_args = (val, starts, B, T, dev, ctx, rank, world_size)
                 topk = evaluate(ev_model, raw_model, 'topk', *ev_args)
@@ -362,27 +303,25 @@ def train(argv, locks):
                     raise run.diverged('validation loss', ev['val_loss'], iter_num)
                 tokens = iter_num * tokens_per_iter
                 # model FLOPs utilisation per GPU: training FLOPs/s (3 x forward) over the peaks
-                mfu = (round(3 * fpt * tokens_per_s / (peak * 1e12 * world_size), 4)
-                       if peak and tokens_per_s else '')
+                mfu = round(3 * fpt * tokens_per_s / (peak * 1e12 * world_size), 4) if peak and tokens_per_s else ''
                 row = {'step': iter_num, 'tokens': tokens, 'flops': 3 * fpt * tokens,
-                       'lr': get_lr(cfg, iter_num, schedule_iters),
-                       'elapsed_s': round(time.time() - t0, 3), 'tokens_per_s': tokens_per_s,
-                       'mfu': mfu, 'train_loss': train_loss, **ev}
+                       'lr': get_lr(cfg, iter_num, schedule_iters), 'elapsed_s': round(time.time() - t0, 3),
+                       'tokens_per_s': tokens_per_s, 'mfu': mfu, 'train_loss': train_loss, **ev}
                 run.evaluated(row, time.time() - t0)      # log.csv's row, then the checkpoint
                 if master:
                     train_txt = f"train {train_loss:.4f}, " if train_loss != '' else ''
-                    tqdm.write(f"step {iter_num:>6}: {train_txt}val {row['val_loss']:.4f}, val "
-                               f"causal {row['val_loss_causal']:.4f}, {row['elapsed_s']:.0f}s")
+                    tqdm.write(f"step {iter_num:>6}: {train_txt}val {row['val_loss']:.4f}, val causal "
+                               f"{row['val_loss_causal']:.4f}, {row['elapsed_s']:.0f}s")
                     t_said = time.time()
                 train_sum.zero_()
                 train_steps, timed_steps = 0, -1
                 t_mark += time.time() - t_eval         # the progress bar's speed leaves the eval out
             if iter_num in save_steps:      # --save_steps: a copy kept as out_dir/ckpt_S.pt
-                run.save(os.path.join(cfg.out_dir, f'ckpt_{iter_num}.pt'), iter_num, time.time() - t0,
-                         train_sum, train_steps)
+                run.save(os.path.join(cfg.out_dir, f'ckpt_{iter_num}.pt'), iter_num, time.time() - t0, train_sum,
+                         train_steps)
             if iter_num >= n_iters:
                 break
-            if stop:       # as a --save_steps copy is (the loss since the evaluation too), atomically
+            if stop:       # Ctrl-C: this step, as a --save_steps copy is (the loss since the row too), atomically
                 run.save(run.ckpt_path, iter_num, time.time() - t0, train_sum, train_steps)
                 raise KeyboardInterrupt(f"saved step {iter_num} to {run.ckpt_path}: continue from it with "
                                         f"--init_from=resume")
@@ -406,12 +345,12 @@ def train(argv, locks):
                         _, loss, aux = train_model(x, y, return_aux=True)
                     step_loss += aux['losses']['lm'] / gas_local            # the LM loss, logged
                     scaler.scale(loss / gas_local).backward()               # LM + auxiliary
-                # calibrate reads the scores after the step's last micro-batch: a CUDA-graph replay
-                # overwrites its outputs in place, so each micro-batch's scores (B, T) are copied
+                # calibrate reads the scores after the step's last micro-batch: a CUDA-graph replay overwrites its
+                # outputs in place, so each micro-batch's scores (B, T) are copied
                 layers = aux['layers']
                 if cfg.cuda_graphs:
-                    layers = [a._replace(scores=a.scores.clone())
-                              if isinstance(a, xmod.RoutedAux) else None for a in layers]
+                    layers = [a._replace(scores=a.scores.clone()) if isinstance(a, xmod.RoutedAux) else None
+                              for a in layers]
                 step_layers.append(layers)
             raw_model.calibrate(step_layers)   # the causal thresholds, from the whole global batch
             if cfg.grad_clip > 0:
@@ -441,9 +380,8 @@ def train(argv, locks):
             if cfg.stop_iter and iter_num == cfg.stop_iter and iter_num < n_iters:
                 bar.close()
                 if master:
-                    print(f"stopped after step {iter_num} (stop_iter), as if killed: the checkpoint "
-                          f"is at step {run.last_eval['step'] if run.last_eval else 'none'}; continue with "
-                          f"--init_from=resume")
+                    print(f"stopped after step {iter_num} (stop_iter), as if killed: the checkpoint is at step "
+                          f"{run.last_eval['step'] if run.last_eval else 'none'}; continue with --init_from=resume")
                 return 0
     except KeyboardInterrupt as e:
         last = run.last_eval
@@ -458,9 +396,9 @@ def train(argv, locks):
             skips = torch._dynamo.utils.counters['inductor']['cudagraph_skips']
             print(f"cuda_graphs: {skips} compiled graph(s) left out of CUDA graphs"
                   + (" (why: rerun with TORCH_LOGS=cudagraphs)" if skips else ""))
-        print(f"done: {n_iters:,} iters, {time.time() - t0:.0f}s; val_loss "
-              f"{run.last_eval['val_loss']:.4f}, val_loss_causal {run.last_eval['val_loss_causal']:.4f}; "
-              f"sample with: python sample.py --out_dir={cfg.out_dir}; its curves: python tools/plot_run.py {cfg.out_dir}")
+        print(f"done: {n_iters:,} iters, {time.time() - t0:.0f}s; val_loss {run.last_eval['val_loss']:.4f}, "
+              f"val_loss_causal {run.last_eval['val_loss_causal']:.4f}; sample with: python sample.py "
+              f"--out_dir={cfg.out_dir}; its curves: python tools/plot_run.py {cfg.out_dir}")
     if ddp:         # the ranks leave together, each on its own device (nccl: never a guessed one)
         torch.distributed.barrier(**({'device_ids': [local_rank]} if device_type == 'cuda' else {}))
     return 0
@@ -471,8 +409,7 @@ def train(argv, locks):
 
 def pick_device(name, local_rank=None):
     """--device: '' picks cuda, then mps, then cpu; under DDP each rank takes cuda:local_rank."""
-    name = name or ('cuda' if torch.cuda.is_available() else
-                    'mps' if torch.backends.mps.is_available() else 'cpu')
+    name = name or ('cuda' if torch.cuda.is_available() else 'mps' if torch.backends.mps.is_available() else 'cpu')
     kind, _, index = name.partition(':')
     if kind == 'cuda' and local_rank is not None:
         name, index = f'cuda:{local_rank}', str(local_rank)        # DDP: one GPU per rank
@@ -487,17 +424,20 @@ def pick_device(name, local_rank=None):
     return name
 
 
-def cpu_threads(threads):
-    """(the run's CPU thread count, how it was chosen): --threads=N; else OMP_NUM_THREADS when set; else torch's
-    count less the cores other processes keep busy now, at least 1. OpenMP's threads spin-wait for each other at
-    every op, so one that shares a core with a busy process stalls the rest (docs/speed.md: 8x slower)."""
-    if threads:
-        return threads, '--threads'
-    if os.environ.get('OMP_NUM_THREADS'):
-        return torch.get_num_threads(), 'OMP_NUM_THREADS'
+def cpu_threads(threads, say=True):
+    """(the run's CPU thread count, how it was chosen): --threads=N; else OMP_NUM_THREADS when set; else torch's count
+    less the cores other processes keep busy, at least 1 (said when that lowers it): OpenMP's threads spin-wait for
+    each other at every op, so one that shares a core with a busy process stalls the rest (docs/speed.md)."""
+    if threads or os.environ.get('OMP_NUM_THREADS'):
+        return (threads, '--threads') if threads else (torch.get_num_threads(), 'OMP_NUM_THREADS')
+    n = torch.get_num_threads()
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else range(os.cpu_count() or 1)
     busy = busy_cores(cores)
-    return max(1, min(torch.get_num_threads(), len(cores) - round(busy))), f'{busy:.2f} of {len(cores)} cores busy with other processes'
+    threads, how = max(1, min(n, len(cores) - round(busy))), f'{busy:.2f} of {len(cores)} cores busy with other work'
+    if say and threads < n:
+        print(f"note: {how}: training on {threads} thread(s), not torch's {n} (a thread that shares a core with a busy "
+              f"process stalls the others); --threads=N sets the count")
+    return threads, how
 
 
 def busy_cores(cores, seconds=0.25):
@@ -505,12 +445,10 @@ def busy_cores(cores, seconds=0.25):
     sleeps (Linux's /proc/stat), else the 1-minute load average (macOS), else 0."""
     def ticks():       # {cpu: (idle + iowait, all)} in clock ticks
         with open('/proc/stat') as f:
-            rows = [line.split() for line in f if line.startswith('cpu') and line[3].isdigit()]
-        return {int(r[0][3:]): (int(r[4]) + int(r[5]), sum(map(int, r[1:9]))) for r in rows}
+            return {int(r[0][3:]): (int(r[4]) + int(r[5]), sum(map(int, r[1:9])))
+                    for r in (line.split() for line in f if line.startswith('cpu') and line[3].isdigit())}
     try:
-        a = ticks()
-        time.sleep(seconds)
-        b = ticks()
+        a, _, b = ticks(), time.sleep(seconds), ticks()      # in this order: before, the sleep, after
         return sum(1 - (b[c][0] - a[c][0]) / max(1, b[c][1] - a[c][1]) for c in cores)
     except (OSError, ValueError, IndexError, KeyError):
         return os.getloadavg()[0] if hasattr(os, 'getloadavg') else 0.0

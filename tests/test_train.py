@@ -15,7 +15,6 @@ import pytest
 import torch
 
 import configurator
-import data
 import run_folder
 import train
 import xmod
@@ -32,6 +31,7 @@ from conftest import (
     read_log,
     run,
 )
+from data import loader
 
 LOSS_COLUMNS = ('train_loss', 'val_loss', 'val_loss_causal')
 RUN_JSON_KEYS = ('config', 'model_config', 'layout', 'params_total', 'params_active', 'flops_per_token',
@@ -152,17 +152,17 @@ def test_same_seed_same_batches():
 
 
 def test_eval_set_is_fixed_and_spans_the_split():
-    starts = run_folder.eval_starts(10_001, 100, 0)                 # the whole split: non-overlapping windows
+    starts = loader.eval_starts(10_001, 100, 0)                 # the whole split: non-overlapping windows
     assert len(starts) == 100 and starts[0] == 0 and starts[-1] == 10_001 - 101
     assert all(b - a >= 100 for a, b in zip(starts, starts[1:]))
-    few = run_folder.eval_starts(10_001, 100, 1000)                 # 10 evenly spaced windows, start to end
+    few = loader.eval_starts(10_001, 100, 1000)                 # 10 evenly spaced windows, start to end
     assert len(few) == 10 and few[0] == 0 and few[-1] == 10_001 - 101
-    assert run_folder.eval_starts(101, 100, 0) == [0]
+    assert loader.eval_starts(101, 100, 0) == [0]
     # whole batches of 4 (the remainder dropped, the split still spanned); fewer windows than a batch: all of them
-    whole = run_folder.eval_starts(10_001, 100, 1000, batch_size=4)
+    whole = loader.eval_starts(10_001, 100, 1000, batch_size=4)
     assert len(whole) == 8 and whole[0] == 0 and whole[-1] == 10_001 - 101
-    assert run_folder.eval_starts(10_001, 100, 300, batch_size=4) == run_folder.eval_starts(10_001, 100, 300)
-    assert run_folder.eval_starts(10_001, 100, 800, batch_size=4) == run_folder.eval_starts(10_001, 100, 800)
+    assert loader.eval_starts(10_001, 100, 300, batch_size=4) == loader.eval_starts(10_001, 100, 300)
+    assert loader.eval_starts(10_001, 100, 800, batch_size=4) == loader.eval_starts(10_001, 100, 800)
 
 
 def test_config_file_and_overrides(tmp_path):
@@ -596,7 +596,7 @@ def test_missing_dataset(tmp_path, bad_train):
 def test_pycode_missing_names_its_prepare_command(tmp_path, monkeypatch, bad_train):
     """pycode is not prepared on the fly (two sweep runs starting together would write the same files): a missing
     data/pycode is one line naming the command that builds it."""
-    monkeypatch.setattr(data, 'ROOT', str(tmp_path))
+    monkeypatch.setattr(loader, 'ROOT', str(tmp_path))
     (tmp_path / 'data' / 'pycode').mkdir(parents=True)
     (tmp_path / 'data' / 'pycode' / 'prepare.py').write_text('')
     bad_train(['--dataset=pycode'], 'has no train.bin', 'python data/pycode/prepare.py')
@@ -609,11 +609,11 @@ def test_default_dataset_is_prepared_when_missing(corpus, tmp_path, monkeypatch,
 
     from data.shakespeare import prepare as shk
     from data.tokenizers import DataError
-    monkeypatch.setattr(data, 'ROOT', str(tmp_path))
+    monkeypatch.setattr(loader, 'ROOT', str(tmp_path))
     folder = tmp_path / 'data' / 'shakespeare'
     monkeypatch.setattr(shk, 'prepare', lambda *a, **k: shutil.copytree(corpus, folder))
     cfg, _ = configurator.configure([], train.DEFAULTS)
-    assert data.find_data(cfg, ddp=False)[0] == str(folder)
+    assert loader.find_data(cfg, ddp=False)[0] == str(folder)
     assert 'preparing' in capsys.readouterr().out and (folder / 'val.bin').exists()
     shutil.rmtree(folder)
 
