@@ -429,7 +429,7 @@ def open_run(cfg, which, model, optimizer, scaler, info, meta, locks, rank=0, wo
     else:                 # a new run clears the run it replaces (--overwrite, or no checkpoint)
         for f in RUN_FILES + tuple(glob.glob(os.path.join(glob.escape(cfg.out_dir), 'ckpt_*.pt'))):
             with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(cfg.out_dir, f))
+                os.remove(os.path.join(cfg.out_dir, os.path.basename(f)))   # glob's paths hold out_dir
     write_json(run.run_path, info)
     if cfg.wandb_log:   # nanoGPT's convention: each log.csv row goes to W&B too
         import wandb

@@ -623,6 +623,16 @@ def test_default_dataset_is_prepared_when_missing(corpus, tmp_path, monkeypatch,
     bad_train(['--max_iters=1'], 'could not prepare the default dataset', 'no network')
 
 
+def test_overwrite_clears_the_kept_steps_of_a_relative_out_dir(corpus, tmp_path, monkeypatch, one_thread):
+    """--overwrite=True replaces the run in a relative out_dir (the default out-<model> is one) with its kept
+    ckpt_S.pt: none of the old run's files stays beside the new run's."""
+    monkeypatch.chdir(tmp_path)
+    args = [f'--data_dir={corpus}', '--model=dense', '--out_dir=out'] + TINY
+    assert train.main(args + ['--save_steps=3']) == 0 and os.path.exists('out/ckpt_3.pt')
+    assert train.main(args + ['--overwrite=True']) == 0
+    assert not os.path.exists('out/ckpt_3.pt')
+
+
 def test_out_dir_holds_a_run(runs, corpus, bad_train):
     out = runs['xmod']
     bad_train([f'--data_dir={corpus}', f'--out_dir={out}'] + TINY, 'already holds a run', '--overwrite',
