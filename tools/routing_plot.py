@@ -250,7 +250,8 @@ class Refused(UserError):
 def load_run_model(run_dir):
     """(model, x, y, ckpt): the GPT of a run folder's ckpt.pt and the fixed validation windows its run evaluated on
     (its eval_tokens), x (B, T) and its targets y (B, T)."""
-    from run_folder import clean_state_dict, eval_starts, load_checkpoint, open_split, read_windows
+    from data.loader import eval_starts, open_split, read_windows
+    from run_folder import clean_state_dict, load_checkpoint
     from xmod import GPT, GPTConfig
     ckpt = load_checkpoint(os.path.join(run_dir, 'ckpt.pt'))
     model = GPT(GPTConfig(**ckpt['model_args']))
