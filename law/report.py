@@ -5,6 +5,7 @@ A plot whose data is absent says so instead of failing.
 """
 
 import csv
+import json
 import math
 import os
 
@@ -161,9 +162,9 @@ def plot_delta_vs_logrho(axes, pairs, rel, law_delta):
 def shape_label(r):
     """A run's model in a few characters: variant, n_layer, stride and capacity (where it has a
     stride), T; e.g. 'xmod L6 s4 c0.5 T128'."""
-    s = f'{r["variant"]} L{r["n_layer"]}'
+    s = r['variant'] + (f' L{r["n_layer"]}' if r['n_layer'] is not None else '')
     if r['stride'] is not None:
-        s += f' s{r["stride"]} c{r["capacity"]:g}'
+        s += f' s{r["stride"]}' + (f' c{r["capacity"]:g}' if r['capacity'] is not None else '')
     return s + f' T{r["T"]}'
 
 
@@ -203,7 +204,7 @@ def plot_training_curves(ax, runs, metric):
     # closest in FLOPs per token, so that the curves differ by the family and not by the compute
     best = None
     for d in runs:
-        if d['model'] != 'dense':
+        if d['model'] != 'dense' or d['log'] is None:     # a CSV's runs have no curves
             continue
         quartet, cost = [d], 0.0
         for fam in ('mod', 'xmod', 'moe'):
@@ -256,7 +257,7 @@ def delta_vs_tokens(runs, min_seeds=2):
     {label: {seeds, runs, <metric>: [{tokens, n, mean, se}]}}, se = std over seeds / sqrt(n), null for one seed."""
     by = {}
     for r in runs:
-        if r['partner'] is not None:
+        if r['partner'] is not None and r['log'] is not None:
             by.setdefault(config_key(r['config'], with_seed=False), []).append(r)
     table = {}
     for rs in sorted(by.values(), key=lambda rs: (-len(rs), config_label(rs[0]))):
@@ -345,7 +346,7 @@ def plot_routing_diagnostics(axes, runs, metric):
     score spread and accuracy over training; (3) how the routed layers share tokens (Jaccard of consecutive layers'
     selections, tokens no routed layer takes) against independent choices; (4) causal against top-k routing. Panels
     2-4 show the reference config's full X-MoD runs (seed mean) and each router-knob fix beside it."""
-    xm = [r for r in runs if r['model'] == 'xmod' and r['partner'] is not None]
+    xm = [r for r in runs if r['model'] == 'xmod' and r['partner'] is not None and r['log'] is not None]
     full = [r for r in xm if r['variant'] == 'xmod']
     if not full:
         return empty_note(axes[0], 'no full X-MoD run with a dense partner')
@@ -503,6 +504,21 @@ def form_sentence(sel):
     return f'{kept}. Dropped: {"; ".join(dropped) or "none"}.'
 
 
+def shared_rate_note(result, runs):
+    """What a Delta rests on when every run shares one peak learning rate, untuned for each arm (as
+    sweeps/classroom.py's do): said first in summary.md and last in what fit_law.py prints; '' otherwise (the arms'
+    rates differ, were tuned by --tuned, or are unknown, as in a CSV)."""
+    rates = {r['config'].get('learning_rate') for r in runs}
+    i = result['inputs']
+    if len(rates) != 1 or None in rates or (i['tuned'] and i['n_off_best_rate']) or not any(r['partner'] for r in runs):
+        return ''
+    return (f'Read this first: all {len(runs)} runs share one peak learning rate ({rates.pop():g}), not tuned for each '
+            f"arm. Dense has a sharp optimum in the rate and X-MoD a flat one, so a rate off dense's best favours "
+            f"X-MoD: at each arm's own tuned rate the study's X-MoD does not beat its FLOP-matched dense model (README, "
+            f'"Learning-rate sensitivity"; tutorial chapter 12). Read the Delta below as what this rate gives, not as '
+            f'the answer; tune each arm (sweeps/cpu_lr.py) and fit with --tuned for that.')
+
+
 def conclusion(result, runs):
     """summary.md's opening paragraph: what the fit says, in plain words, for the primary metric. Delta at the
     reference configuration over seeds, Delta over all fitted pairs, the gain's sign, and whether any term predicts
@@ -512,12 +528,12 @@ def conclusion(result, runs):
     pairs = [r for r in runs if r['variant'] == 'xmod' and r.get('partner') and not r['heldout']]
     if not pairs:
         return 'No full X-MoD run has a FLOP-matched dense partner here: there is no Delta to conclude about.\n'
+    s = [note for note in [shared_rate_note(result, runs)] if note]
     delta = lambda r: r['loss'][m] - r['partner']['loss'][m]
     # the reference pairs, where the law's gain is read: tokens within the pairing's 1% (2,000,896 is D0 = 2M)
     ref = [r for r in pairs if r['stride'] == rel['s0'] and r['T'] == rel['T0'] and
            abs(r['tokens'] - rel['D0']) <= 0.01 * rel['D0'] and r['partner']['params_total'] == rel['N0']]
     where = lambda d: 'behind' if d > 0 else 'ahead of'
-    s = []
     if ref:
         # pairs of one seed share its data order and initialisation (a WSD branch reuses the seed of a cosine run):
         # the seed, not the pair, is the unit of independent evidence, so the interval is over seed means
@@ -772,9 +788,9 @@ def fixes_md(table):
     return '\n'.join(s + [md_table(['fix', 'config', 'seeds', 'causal', 'top-k'], rows) + '\n'])
 
 
-def print_summary(result, out, n_plots):
+def print_summary(result, runs, out, n_plots):
     """Print, per metric, the dense law, the joint and relative laws, the form and the goals, then
-    where fit_law.py wrote its files (out); returns None."""
+    where fit_law.py wrote its files (out), and last what a shared untuned rate means; returns None."""
     i = result['inputs']
     print(f'runs: {i["n_runs"]} ({", ".join(f"{k} {v}" for k, v in i["variants"].items())}), {i["n_heldout"]} held '
           f'out' + (f' by {i["holdout"]!r}' if i['holdout'] else ''))
@@ -799,3 +815,54 @@ def print_summary(result, out, n_plots):
         if r['metrics']['goals']:
             print(f'[{m}] held-out goals: ' + '; '.join(goal_texts(r['metrics']['goals'])))
     print(f'wrote {os.path.join(out, "fit.json")}, summary.md and {n_plots} plots')
+    note = shared_rate_note(result, runs)
+    if note:
+        print(note)
+
+
+# -----------------------------------------------------------------------------
+# the files: fit.json's rows and numbers, written into the output folder
+
+def run_row(r):
+    """One run as fit.json lists it."""
+    p = r['partner']
+    return dict(run=r['name'], dir=r['dir'], model=r['model'], variant=r['variant'], n_layer=r['n_layer'],
+                n_embd=r['n_embd'], stride=r['stride'], capacity=r['capacity'], T=r['T'], seed=r['seed'],
+                params_total=r['params_total'], params_active=r['params_active'], rho=r['rho'],
+                flops_per_token=r['fpt'], tokens=r['tokens'], flops=r['flops'], heldout=r['heldout'], loss=r['loss'],
+                partner=p['name'] if p else None,
+                delta={m: r['loss'][m] - p['loss'][m] for m in METRICS} if p else None)
+
+
+def to_json(x):
+    if isinstance(x, dict):
+        return {k: to_json(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [to_json(v) for v in x]
+    if isinstance(x, (np.floating, float)):
+        return float(x) if math.isfinite(x) else None
+    if isinstance(x, np.integer):
+        return int(x)
+    return x
+
+
+def to_json_text(x):
+    """x as the JSON text of fit.json and the modes' files: NaN and inf as null, numpy numbers as Python's."""
+    return json.dumps(to_json(x), indent=1)
+
+
+def write(out, files):
+    """Write {name: text} into the folder out (created)."""
+    os.makedirs(out, exist_ok=True)
+    for name, text in files.items():
+        with open(os.path.join(out, name), 'w') as f:
+            f.write(text)
+
+
+def write_outputs(out, files, png, draw, shown):
+    """A law/ command's end: files {name: text} and the picture png, draw(path), into the folder out; then print
+    shown and what was written."""
+    write(out, files)
+    draw(os.path.join(out, png))
+    print(shown)
+    print(f"wrote {out}/{', '.join(files)}, {png}")
