@@ -595,7 +595,7 @@ def run(cfg):
     law.report.write(cfg.out, {'fit.json': law.report.to_json_text(result),
                                'summary.md': law.report.summary_md(result, runs)})
     n_plots = len(law.report.make_plots(cfg.out, runs, pairs_by_metric[cfg.metric], by_metric[cfg.metric],
-                                        cfg.metric, fitted_law(by_metric[cfg.metric]), result['delta_vs_tokens']))
+                                        cfg.metric, fitted_law(by_metric[cfg.metric])))
     law.report.print_summary(result, runs, cfg.out, n_plots)
     return result
 

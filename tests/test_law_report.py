@@ -12,6 +12,7 @@ import fit_law
 from law import report
 from law.load import load_runs
 from law_runs import make_run
+from tools import fit_plots
 
 # -----------------------------------------------------------------------------
 # the tables over seeds
@@ -145,7 +146,7 @@ def test_a_delta_vs_tokens_panel_of_one_point_says_why():
     table = {'xmod a': dict(seeds=[0, 1], val_loss_causal=series(0, 5, 10), val_loss=series(0, 5, 10)),
              'xmod b': dict(seeds=[0, 1], val_loss_causal=series(0, 10), val_loss=series(0, 10))}
     fig, axes = plt.subplots(1, 2)
-    report.plot_delta_vs_tokens(list(axes), table)
+    fit_plots.plot_delta_vs_tokens(list(axes), table)
     titles = [ax.get_title() for ax in axes]
     plt.close(fig)
     assert 'one point' not in titles[0] and 'one point: the pairs share no other evaluation step' in titles[1]
