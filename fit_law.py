@@ -419,7 +419,7 @@ def run_relative(runs, metric, dense, delta_std, n_boot, rng):
         p['pred'] = float(rel_predict([p], active, coef)[0])
     metrics['fit'] = pair_metrics(fit, metric, dense, delta_std)
     metrics['heldout'] = pair_metrics(test, metric, dense, delta_std) if test else None
-    if test:      # against a constant Delta (the fitted pairs' mean) and Delta = 0 (law.joint.versus_nulls)
+    if test:      # against a constant Delta (the fitted pairs' mean) and Delta = 0 (law.stats.versus_nulls)
         metrics['heldout']['vs_null'], metrics['heldout']['beats_null'] = versus_nulls(
             [p['delta'] for p in test], [p['pred'] for p in test], np.mean([p['delta'] for p in fit]))
     metrics['goals'] = heldout_goals(metrics['heldout'], delta_std)

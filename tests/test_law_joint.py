@@ -5,13 +5,14 @@ dense law, its held-out tests against a constant and a zero Delta, and the advis
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
 
 from law import advise
 from law.stats import versus_nulls
-from law_runs import make_run, run_main
+from law_runs import ROOT, make_run, run_main
 
 # -----------------------------------------------------------------------------
 # the joint law: dense and X-MoD losses in one law whose rho = 1 limit is the dense law
@@ -145,3 +146,21 @@ def test_the_adviser_picks_the_configuration_the_law_favours(tmp_path, capsys):
     code = advise.main([str(tmp_path / 'good'), f'--flops={flops}', '--n_embd=512'])
     err = capsys.readouterr().err
     assert code == 2 and 'params_active' in err and '--n_embd=512' in err
+
+
+def test_the_adviser_says_what_it_needs_and_which_fit_to_ask(tmp_path, capsys):
+    """Bare python -m law.advise names the fit and the budget it needs; a fit without a joint law (fit_law.py without
+    --joint, as results/cpu_small) says how to get one and names the committed fit that has one, results/cpu_tuned,
+    which it then answers from."""
+    for args in ([], [str(tmp_path)], ['--flops=1e13']):
+        code = advise.main(args)
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.strip().splitlines()) == 1
+        assert 'give the fit to advise from and the training FLOPs: python -m law.advise FIT --flops=C' in err
+    json.dump(dict(metric='val_loss_causal', runs=[]), open(tmp_path / 'fit.json', 'w'))
+    code = advise.main([str(tmp_path), '--flops=1e13'])
+    err = capsys.readouterr().err
+    assert code == 2 and "the fit's joint law was not fitted" in err and 'fit_law.py --joint' in err
+    assert 'results/cpu_tuned' in err
+    assert advise.main([os.path.join(ROOT, 'results', 'cpu_tuned'), '--flops=2e13']) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith('best: ')
