@@ -38,12 +38,13 @@ FPT_TOL = 0.02
 
 
 WARNINGS = []
+PROG = ['fit_law.py']      # the command that warns: command_line sets it (python -m law.rates, ...)
 
 
 def warn(msg):
     """Print a warning to stderr and keep it in WARNINGS (fit.json's `warnings`, summary.md)."""
     WARNINGS.append(msg)
-    print(f'fit_law.py: warning: {msg}', file=sys.stderr)
+    print(f'{PROG[0]}: warning: {msg}', file=sys.stderr)
 
 
 # -----------------------------------------------------------------------------
@@ -454,6 +455,7 @@ def command_line(argv, defaults, doc, source, usage):
     """argv -> its config (configurator.configure), the runs (bare arguments) as cfg.runs; refuses (UserError) no
     runs or no --out, an unknown --metric, a negative --bootstrap. usage: the command, for the message."""
     runs = []
+    PROG[0] = usage.split(' RUNS')[0].replace('python fit_law.py', 'fit_law.py')   # as run_main names it
     cfg, _ = configure(argv, defaults, doc=doc, source=source, positional=runs)
     cfg.runs = runs
     if cfg.metric not in METRICS:
