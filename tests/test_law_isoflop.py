@@ -1,5 +1,5 @@
 """
-Tests for law/isoflop.py (fit_law.py --isoflop): each arm's optimum from a parabola in log N through its seed means
+Tests for law/isoflop.py (python -m law.isoflop): each arm's optimum from a parabola in log N through its seed means
 at one budget, found where the synthetic runs put it; seeds resampled together for the intervals; an optimum at an
 edge of the sizes said to be open; runs at another budget left out.
 """
