@@ -1,47 +1,29 @@
 """
-Fit the X-MoD scaling law from a sweep of finished training runs.
+Fit the X-MoD scaling law to a sweep's finished runs, or to a CSV of your own.
 
-    python fit_law.py RUNS... --out DIR [--holdout FILTER]... [--metric val_loss_causal|val_loss] [--bootstrap 200]
-    python fit_law.py --regimes RUNS... --out DIR [--bootstrap 2000]
-    python fit_law.py --lr RUNS... --out DIR [--panel] [--metric val_loss]
-    python fit_law.py --isoflop RUNS... --out DIR [--bootstrap 2000]
-    python fit_law.py --advise DIR --flops=C [--block_size=T] [--n_embd=W] [--dense_layers=L] [--json]
+    python fit_law.py RUNS... --out DIR [--holdout FILTER]... [--metric val_loss_causal|val_loss] [--tuned] [--joint]
 
-RUNS: run directories, globs of them, or folders with runs below them, read by law/load.py (what it accepts:
-docs/fit_law.md). Two laws, for the reasons in docs/design.md, "The law":
+RUNS: run folders (train.py's run.json and log.csv), globs of them, folders with runs below them, or a CSV file with
+one row per run (N, D, loss; docs/fit_law.md has its columns and an example). Two laws (docs/design.md, "The law"):
 
 1. Dense runs: Chinchilla's L(N, D) = E + A/N^alpha + B/D^beta, N = params_total (non-embedding), D = final tokens.
-   The corrected Chinchilla procedure: float64, Huber loss (delta 1e-3) on log L summed over runs, log L =
-   LSE(a - alpha log N, b - beta log D, e), torch L-BFGS from the best points of a grid, its objective scaled so
-   that its stopping tolerances bite (lbfgs_fit: the original fit's pitfall); tests check known parameters return.
-2. Full X-MoD runs (variance gate, depth_balance > 0), each against its FLOP-matched dense partner of the same seed:
-   Delta = L_xmod - L_dense = log(rho) * (-g + tau*log(T/T0) + sigma*log(s/s0) [+ kappa*log(D/D0)]
-   [+ omega*log(N/N0)]) [+ kappa0*log(D/D0)], rho = params_total / params_active, T = context, s = anchor stride,
-   D = training tokens, N = the partner's params_total; T0=128, s0=4, D0=2M, N0=787,584 (4 layers at width 128);
-   g = capacity_gain, tau = context_correction, sigma = stride_interaction (always in), kappa = budget_correction,
-   omega = size_correction, kappa0 = budget_offset (candidates; kappa0 alone is not scaled by log rho). Linear in
-   the terms: an exact least-squares solve, each pair weighing the same. A term the runs cannot constrain is left
-   out and said so; a candidate stays only if leaving it out makes the leave-one-configuration-out RMSE of Delta
-   worse by more than 5% (select_terms); every term is refitted away to show this.
+   Float64, Huber loss (delta 1e-3) on log L = LSE(a - alpha log N, b - beta log D, e), L-BFGS from the best points
+   of Chinchilla's grid, its objective scaled so that its stopping tolerances bite (lbfgs_fit); bootstrap intervals.
+2. Full X-MoD runs, each against its FLOP-matched dense partner of the same seed: Delta = L_xmod - L_dense =
+   log(rho) * (-g + tau*log(T/T0) + sigma*log(s/s0) [+ kappa*log(D/D0)] [+ omega*log(N/N0)]) [+ kappa0*log(D/D0)],
+   rho = params_total / params_active, T the context, s the anchor stride, D the tokens, N the partner's size
+   (law/terms.py: the terms and T0, s0, D0, N0). Linear in the terms: least squares. A bracketed candidate stays only
+   if leaving it out makes the leave-one-configuration-out RMSE of Delta worse by more than 5%.
 
---lr: the learning-rate table of a rate sweep (law/rates.py): each arm's loss at each peak rate, its best rate,
-Delta paired by seed at the best rates and at each shared rate, with 95% t intervals and Holm-adjusted p; lr.json,
-lr.md, lr_vs_loss.png, and with --panel panel.md (every arm against dense and X-MoD, both metrics). --isoflop:
-each arm's isoFLOP optimum at one training budget (law/isoflop.py); isoflop.json, isoflop.md, isoflop.png.
-
-Held-out runs (--holdout) are left out of both fits and the selection, and predicted: Delta's RMSE, R^2 and sign,
-each against its goal (heldout_goals), L's relative error (dense law or observed partner, + Delta), the dense law's
-error on held-out dense runs. Intervals: 95% bootstrap percentiles over dense runs and over pairs, the form held
-fixed, none where the runs cannot give one. Seed noise: the pooled std over seeds of L and of Delta. Both metrics
-are fitted; --metric is the primary one. --out gets fit.json, and from law/report.py summary.md and eight plots (one of
-them Delta against training tokens, seed mean +- 1 standard error); numbers are not rounded, undefined ones null.
+Held-out runs (--holdout) are left out of both fits and predicted; the seed noise of L and of Delta is the pooled std
+over seeds. --out gets fit.json, summary.md and the plots (law/report.py). --joint adds the joint law of dense and
+X-MoD losses (law/joint.py), which `python -m law.advise` reads. The study's other analyses live in law/, each its own
+command: python -m law.rates (a learning-rate sweep's table, --panel), python -m law.regimes, python -m law.isoflop,
+python -m law.advise, python -m law.ladder.
 """
 
 import itertools
-import json as jsonlib  # `json` is a key (--json)
 import math
-import os
-import shlex
 import sys
 from collections import Counter
 
@@ -49,55 +31,31 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-import law.isoflop
 import law.joint
 import law.rates
-import law.regimes
 import law.report
-from configurator import UserError, configure, defaults_of, run_main
-from law.load import METRICS, WARNINGS, config_key, load_runs, mark_heldout, pair_heldout, pair_runs, warn
-from law.terms import BASE_TERMS, CANDIDATE_TERMS, D0, FORM, N0, S0, T0, TERMS, VARIABLES, form_of
+import law.terms
+from configurator import UserError, defaults_of, run_main
+from law.load import METRICS, WARNINGS, command_line, config_key, load_runs, mark_heldout, pair_heldout, pair_runs, warn
+from law.stats import bootstrap_intervals, versus_nulls
+from law.terms import BASE_TERMS, CANDIDATE_TERMS, D0, FORM, N0, S0, T0, TERMS, VARIABLES, backward_select, form_of
 
 # -----------------------------------------------------------------------------
 # the command line (configurator.py): RUNS... are bare arguments; --key=value or --key value
-out = ''                     # output directory (created); required with RUNS
+out = ''                     # output directory (created); required
 holdout = []                 # runs to leave out of both fits and predict: KEY OP VALUE conditions joined by 'and' or ','
                              # (OP: = == != < <= > >=), e.g. 'stride==8', "model=='xmod' and stride==8",
                              # 'tokens==max_tokens_all'; give it again to hold out more
-metric = 'val_loss_causal'   # the loss to fit: val_loss_causal (the honest loss: causal routing, no peeking at later
-                             # tokens) or val_loss; the other is fitted and reported beside it
+metric = 'val_loss_causal'   # the loss to fit: val_loss_causal (causal routing, no peeking at later tokens) or
+                             # val_loss; the other is fitted and reported beside it
 bootstrap = 200              # bootstrap resamples for the 95% intervals
 seed = 0                     # bootstrap seed
-tuned = False                # fit only the runs at their arm's best peak learning rate (--lr's rule,
-                             # law/rates.py: the lowest seed-0 loss of --metric), all seeds; an arm run at one rate
-                             # keeps it. Without it every rate is fitted, each X-MoD run paired with the dense run of
-                             # its rate
-regimes = False              # instead of the two laws: one law of Delta across corpora, contexts and tokens per active
-                             # parameter (law/regimes.py), from each corpus's tuned runs; writes regimes.json,
-                             # regimes.md and regimes.png (runs on several corpora are welcome here)
-lr = False                   # instead of the laws: the learning-rate table of a rate sweep (law/rates.py); writes
-                             # lr.json, lr.md and lr_vs_loss.png
-panel = False                # with --lr: also panel.md, every arm at its best rate against dense and X-MoD, both
-                             # metrics, with t intervals and Holm-adjusted p
-isoflop = False              # instead of the laws: each arm's isoFLOP optimum at one budget (law/isoflop.py), a
-                             # parabola in log N per arm, seeds resampled; writes isoflop.json, isoflop.md, isoflop.png
-skip_joint = False           # leave out the joint law (law/joint.py; its form selection refits it tens of times:
-                             # minutes on a large sweep)
-# the adviser: which routing configuration to choose, from a fit (no runs, no --out)
-advise = ''                  # a fit folder (or its fit.json): which routing configuration to train, from its joint
-                             # law (no runs, no --out)
-flops = 0.0                  # --advise: the training FLOPs, > 0 (3 x forward FLOPs/token x tokens, as run.json)
-block_size = 128             # --advise: context T
-n_embd = 128                 # --advise: the dense model's width
-dense_layers = 4             # --advise: the dense model's depth
-n_head = 4                   # --advise: attention heads
-vocab_size = 84              # --advise: vocabulary (84: char-level Shakespeare)
-json = False                 # --advise: print the answer as JSON
+tuned = False                # fit only each arm's runs at its best peak learning rate, all seeds (law/rates.py's rule);
+                             # without it every X-MoD run is paired with the dense run of its own rate
+joint = False                # also fit the joint law (law/joint.py; what python -m law.advise reads): its selection
+                             # refits it tens of times, minutes on a large sweep
 DEFAULTS = defaults_of(globals())
 
-# the fits' constants (the relative law's terms and its reference point T0, S0, D0, N0: law/terms.py)
-SELECT_MARGIN = 0.05         # a candidate term stays only if the CV RMSE without it is > 5% worse
-# dense-law fit
 HUBER_DELTA = 1e-3
 OBJ_SCALE = 1.0 / HUBER_DELTA ** 2  # measure the summed Huber loss in units of delta^2 so L-BFGS's tolerances bite
 LBFGS_ITERS = 2000
@@ -225,21 +183,9 @@ def run_dense(runs, metric, n_boot, rng):
         b = fit_dense(N, D, L, w=wb, starts=[theta])
         if b is not None and all(abs(float(v)) < 700 for v in b[0]):   # a log-coefficient past exp's range: the
             samples.append([dense_params(b[0])[k] for k in DENSE_PARAMS])  # resample diverged, not kept (n_valid)
-    out['ci'] = intervals(samples, DENSE_PARAMS, f'dense law [{metric}]')
+    out['ci'] = bootstrap_intervals(samples, DENSE_PARAMS, f'dense law [{metric}]', warn)
     out['bootstrap'] = dict(n=n_boot, n_valid=len(samples))
     return out
-
-
-def intervals(samples, names, what):
-    """95% percentile intervals; None for fewer than 2 samples, or where all give one value (it would look precise)."""
-    if len(samples) < 2:
-        return {k: None for k in names}
-    ci = {}
-    for k, lo, hi in zip(names, np.percentile(samples, 2.5, axis=0), np.percentile(samples, 97.5, axis=0)):
-        ci[k] = [float(lo), float(hi)] if hi - lo > 1e-9 * max(abs(lo), abs(hi)) else None
-        if ci[k] is None:
-            warn(f'{what}: every bootstrap resample gives the same {k}: no interval')
-    return ci
 
 
 def dense_predict(dense, N, D):
@@ -333,9 +279,9 @@ def form_scores(fit, test, terms):
 
 
 def beats_removal(with_t, without_t):
-    """A term earns its place when the leave-one-configuration-out RMSE without it is worse by > SELECT_MARGIN."""
+    """A term earns its place when the leave-one-configuration-out RMSE without it is worse by > law.terms.SELECT_MARGIN."""
     a, b = with_t['cv_rmse'], without_t['cv_rmse']
-    return a is not None and b is not None and b > (1 + SELECT_MARGIN) * a
+    return a is not None and b is not None and b > (1 + law.terms.SELECT_MARGIN) * a
 
 
 def cv_testable(pairs, terms):
@@ -349,11 +295,11 @@ def cv_testable(pairs, terms):
 
 def select_terms(fit, test, identified):
     """Choose the form by held-out error (the --holdout pairs play no part): from all identified terms, drop the
-    candidate terms leave-one-configuration-out cannot test (cv_testable), then, while some candidate term does not
-    beat its own removal, the one whose removal leaves the lowest CV RMSE. The base terms stay whatever their scores
-    (the abstract names them); their verdict is reported beside the others'. Returns (kept terms, selection): every
-    form of the base terms plus some candidates, and each term's errors with and without it, against the chosen
-    form."""
+    candidate terms leave-one-configuration-out cannot test (cv_testable), then eliminate backwards
+    (law.terms.backward_select: while some candidate does not beat its own removal, the one whose removal leaves the
+    lowest CV RMSE). The base terms stay whatever their scores (the abstract names them); their verdict is reported
+    beside the others'. Returns (kept terms, selection): every form of the base terms plus some candidates, and each
+    term's errors with and without it, against the chosen form."""
     scored = {}
 
     def score(terms):
@@ -362,12 +308,8 @@ def select_terms(fit, test, identified):
             scored[key] = form_scores(fit, test, list(key))
         return scored[key]
     testable = cv_testable(fit, identified)
-    kept = [t for t in identified if t in testable or t in BASE_TERMS]
-    while True:
-        losers = [t for t in kept if t in CANDIDATE_TERMS and not beats_removal(score(kept), score(set(kept) - {t}))]
-        if not losers:
-            break
-        kept.remove(min(losers, key=lambda t: score(set(kept) - {t})['cv_rmse'] or 0.0))
+    kept, _ = backward_select([t for t in identified if t in testable or t in BASE_TERMS],
+                              lambda form, parent: score(form)['cv_rmse'], keep=BASE_TERMS)
     base, cands = [t for t in identified if t in BASE_TERMS], [t for t in identified if t in CANDIDATE_TERMS]
     forms = [score(base + list(c)) for n in range(len(cands) + 1) for c in itertools.combinations(cands, n)]
     terms = {}
@@ -380,8 +322,8 @@ def select_terms(fit, test, identified):
     dropped = [t for t in identified if t not in kept]
     selection = dict(kept=kept, dropped=dropped, terms=terms)
     return kept, dict(rule=f'a candidate term stays only if the leave-one-configuration-out RMSE of Delta without it '
-                      f'is more than {SELECT_MARGIN:.0%} worse than with it; base terms always stay',
-                      margin=SELECT_MARGIN, forms=forms, **selection, summary=law.report.form_sentence(selection))
+                      f'is more than {law.terms.SELECT_MARGIN:.0%} worse than with it; base terms always stay',
+                      margin=law.terms.SELECT_MARGIN, forms=forms, **selection, summary=law.report.form_sentence(selection))
 
 
 SAT_BETAS = (0.25, 0.5, 1.0, 2.0)   # exponents tried for the saturating budget term
@@ -467,7 +409,7 @@ def run_relative(runs, metric, dense, delta_std, n_boot, rng):
         wb = np.bincount(rng.integers(0, len(fit), len(fit)), minlength=len(fit)).astype(np.float64)
         if full_rank(X, wb):
             samples.append(wls(X, y, wb))
-    ci = intervals(samples, active, f'relative law [{metric}]')
+    ci = bootstrap_intervals(samples, active, f'relative law [{metric}]', warn)
     rel['coefficients'] = {t: dict(value=float(coef[active.index(t)]) if t in active else None,
                                    ci_low=ci[t][0] if t in active and ci[t] else None,
                                    ci_high=ci[t][1] if t in active and ci[t] else None,
@@ -477,8 +419,8 @@ def run_relative(runs, metric, dense, delta_std, n_boot, rng):
         p['pred'] = float(rel_predict([p], active, coef)[0])
     metrics['fit'] = pair_metrics(fit, metric, dense, delta_std)
     metrics['heldout'] = pair_metrics(test, metric, dense, delta_std) if test else None
-    if test:      # against a constant Delta (the fitted pairs' mean) and Delta = 0 (law.joint.versus_nulls)
-        metrics['heldout']['vs_null'], metrics['heldout']['beats_null'] = law.joint.versus_nulls(
+    if test:      # against a constant Delta (the fitted pairs' mean) and Delta = 0 (law.stats.versus_nulls)
+        metrics['heldout']['vs_null'], metrics['heldout']['beats_null'] = versus_nulls(
             [p['delta'] for p in test], [p['pred'] for p in test], np.mean([p['delta'] for p in fit]))
     metrics['goals'] = heldout_goals(metrics['heldout'], delta_std)
     metrics['cv'] = dict(delta_rmse=loco_cv(fit, active), scheme='leave one configuration (all seeds) out')
@@ -490,6 +432,9 @@ def run_relative(runs, metric, dense, delta_std, n_boot, rng):
             metrics['ablation'][f'no_{t}'] = dict(note=notes[t])
     return rel, metrics, pairs
 
+
+# -----------------------------------------------------------------------------
+# held-out prediction and seed noise
 
 def heldout_goals(held, sd):
     """The held-out goals, each 'met', 'not met' or 'untestable', with its numbers (sd: the seed std of Delta):
@@ -530,9 +475,6 @@ def pair_metrics(pairs, metric, dense, delta_std):
     return out
 
 
-# -----------------------------------------------------------------------------
-# seed noise
-
 def pooled_std(groups):
     """Pooled std over groups with >= 2 members: sqrt(sum (n_i - 1) var_i / sum (n_i - 1))."""
     groups = [np.array(g) for g in groups if len(g) >= 2]
@@ -557,7 +499,7 @@ def seed_noise(runs, metric):
 # -----------------------------------------------------------------------------
 # one metric end to end, and the command line
 
-def fit_metric(runs, metric, n_boot, seed_, dense_cache, joint=True):
+def fit_metric(runs, metric, n_boot, seed_, dense_cache, joint=False):
     noise = seed_noise(runs, metric)
     # dense runs have val_loss == val_loss_causal, so the second metric's dense fit is usually the first one's
     key = tuple(r['loss'][metric] for r in runs if r['model'] == 'dense' and not r['heldout'])
@@ -566,8 +508,9 @@ def fit_metric(runs, metric, n_boot, seed_, dense_cache, joint=True):
     dense = dense_cache[key]
     rel, metrics, pairs = run_relative(runs, metric, dense, noise['delta_std'], n_boot,
                                        np.random.default_rng([seed_, 1]))
-    joint = law.joint.joint_fit(runs, metric, [dense[k] for k in ('a', 'alpha', 'b', 'beta', 'e')],
-                                noise['delta_std'], n_boot, np.random.default_rng([seed_, 2])) if joint else None
+    # the joint law is opt-in: its form selection refits it tens of times
+    joint = law.joint.joint_fit(runs, metric, [dense[k] for k in DENSE_NAMES], noise['delta_std'], n_boot,
+                                np.random.default_rng([seed_, 2])) if joint else None
 
     def dense_err(held):
         rs = [r for r in runs if r['model'] == 'dense' and r['heldout'] == held]
@@ -609,170 +552,24 @@ def check_fittable(runs, patterns):
                         f'pair (not held out) for the relative law')
 
 
-def to_json(x):
-    if isinstance(x, dict):
-        return {k: to_json(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [to_json(v) for v in x]
-    if isinstance(x, (np.floating, float)):
-        return float(x) if math.isfinite(x) else None
-    if isinstance(x, np.integer):
-        return int(x)
-    return x
-
-
-def run_row(r):
-    """One run as fit.json lists it."""
-    p = r['partner']
-    return dict(run=r['name'], dir=r['dir'], model=r['model'], variant=r['variant'], n_layer=r['n_layer'],
-                n_embd=r['n_embd'], stride=r['stride'], capacity=r['capacity'], T=r['T'], seed=r['seed'],
-                params_total=r['params_total'], params_active=r['params_active'], rho=r['rho'],
-                flops_per_token=r['fpt'], tokens=r['tokens'], flops=r['flops'], heldout=r['heldout'], loss=r['loss'],
-                partner=p['name'] if p else None,
-                delta={m: r['loss'][m] - p['loss'][m] for m in METRICS} if p else None)
+# the study's other analyses, once modes of this script: each is its own command now
+MOVED = {'lr': 'python -m law.rates RUNS... --out DIR', 'panel': 'python -m law.rates RUNS... --panel --out DIR',
+         'regimes': 'python -m law.regimes RUNS... --out DIR', 'isoflop': 'python -m law.isoflop RUNS... --out DIR',
+         'advise': 'python -m law.advise FIT --flops=C',
+         'skip_joint': 'fit_law.py fits the joint law only when asked: --joint'}
 
 
 def parse_args(argv):
     """The command line -> its config, the runs (bare arguments) as cfg.runs; refuses what cannot be run."""
-    runs = []
-    cfg, _ = configure(argv, DEFAULTS, doc=__doc__ + '\nWhat fit_law.py accepts and refuses: docs/fit_law.md.',
-                       source=__file__, positional=runs)
-    cfg.runs = runs
-    if cfg.metric not in METRICS:
-        raise UserError(f"--metric={cfg.metric!r}: expected {' | '.join(METRICS)}")
-    if cfg.bootstrap < 0:
-        raise UserError('--bootstrap must be >= 0')
-    if cfg.advise:
-        if cfg.runs or cfg.out:
-            raise UserError('--advise answers from a fit: give no runs and no --out')
-        if cfg.flops <= 0:
-            raise UserError('--advise needs --flops=C, the training FLOPs (> 0)')
-    elif not cfg.runs or not cfg.out:
-        mode = next((f'--{m} ' for m in ('lr', 'isoflop', 'regimes') if getattr(cfg, m)), '')
-        raise UserError(f'give the runs and --out DIR (python fit_law.py {mode}RUNS... --out DIR)'
-                        + ('' if mode else ' (or --advise FIT --flops=C)'))
-    modes = [m for m in ('regimes', 'lr', 'isoflop') if getattr(cfg, m)]
-    if len(modes) > 1:
-        raise UserError(f"--{' and --'.join(modes)}: one mode at a time")
-    if cfg.regimes and (cfg.holdout or cfg.advise):
-        raise UserError('--regimes holds out its own tests (law/regimes.py): give no --holdout and no --advise')
-    if (cfg.lr or cfg.isoflop) and (cfg.holdout or cfg.advise or cfg.tuned):
-        raise UserError(f"--{modes[0]} fits no law: give no --holdout, --tuned or --advise")
-    if cfg.panel and not cfg.lr:
-        raise UserError('--panel is a part of --lr (python fit_law.py --lr RUNS... --panel --out DIR)')
-    return cfg
-
-
-def run_advise(cfg):
-    """fit_law.py --advise: the fit's joint law asked which X-MoD configuration to train at this budget, context
-    and dense size (law.joint.advise); a table and one line, or JSON."""
-    path = cfg.advise if cfg.advise.endswith('.json') else os.path.join(cfg.advise, 'fit.json')
-    try:
-        with open(path) as f:
-            fit_json = jsonlib.load(f)
-    except (OSError, ValueError) as e:
-        raise UserError(f'{path}: cannot read a fit ({e})')
-    try:
-        out = law.joint.advise(fit_json, cfg.flops, cfg.block_size, cfg.n_embd, cfg.dense_layers, cfg.n_head,
-                               cfg.vocab_size)
-    except ValueError as e:
-        raise UserError(f'{path}: {e}')
-    if cfg.json:
-        print(jsonlib.dumps(to_json(out), indent=1))
-        return 0
-    d = out['dense']
-    tests = ', '.join(f"{k}: {'yes' if v else 'no'}" for k, v in out['null_tests'].items()) or 'none run'
-    if not out['beats_nulls']:
-        # said before any number: what follows assumes a law the runs did not bear out
-        print(f"{path}: the joint law did not beat its nulls (a constant Delta and Delta = 0) held out ({tests}): "
-              f"the intervals below are conditional on the law, not evidence for a configuration")
-    print(f"{path}: the joint law of {out['metric']} (terms: {', '.join(out['terms']) or 'none, the dense law'}), "
-          f"{out['n_samples']} bootstrap samples")
-    print(f"budget {out['flops']:.3g} FLOPs, T={out['block_size']}, dense {d['layout']} at width {out['n_embd']}: "
-          f"{d['tokens'] / 1e6:.3g}M tokens, predicted loss {d['loss']:.4f}")
-    rows = [[f"xmod s{c['stride']}", f"{c['capacity']:.4f}", c['layout'], f"{c['rho']:.2f}",
-             f"{c['tokens'] / 1e6:.3g}M", f"{c['loss']:.4f}",
-             f"{c['delta']:+.4f} [{c['delta_ci'][0]:+.4f}, {c['delta_ci'][1]:+.4f}]"] for c in out['candidates']]
-    print(law.report.md_table(['config', 'capacity', 'layout', 'rho', 'tokens', 'predicted loss',
-                               'Delta against dense [95%' + ('' if out['beats_nulls'] else ', if the law holds')
-                               + ']'], rows))
-    for s_ in (s_ for s_ in out['skipped'] if s_['why'] != 'the same model as another'):
-        print(f"not asked: xmod stride {s_['stride']}, capacity {s_['capacity']:g}: {s_['why']}")
-    print(f"best: {out['verdict']}")
-    return 0
-
-
-def run_regimes(cfg):
-    """fit_law.py --regimes: Delta across corpora, contexts and tokens per active parameter (law/regimes.py)."""
-    WARNINGS.clear()
-    runs = load_runs(cfg.runs, one_corpus=False)
-    result, pairs = law.regimes.fit_regimes(runs, cfg.metric, cfg.bootstrap, cfg.seed)
-    result['warnings'] = list(WARNINGS)
-    command = ('python fit_law.py --regimes ' + ' '.join(cfg.runs) + f' --out {cfg.out}'
-               + (f' --bootstrap {cfg.bootstrap}' if cfg.bootstrap != bootstrap else ''))
-    os.makedirs(cfg.out, exist_ok=True)
-    with open(os.path.join(cfg.out, 'regimes.json'), 'w') as f:
-        jsonlib.dump(to_json(dict(result, pairs=pairs)), f, indent=1)
-    md = law.regimes.summary_md(result, pairs, command)
-    with open(os.path.join(cfg.out, 'regimes.md'), 'w') as f:
-        f.write(md)
-    law.regimes.plot(result, pairs, os.path.join(cfg.out, 'regimes.png'))
-    print(md)
-    print(f'wrote {cfg.out}/regimes.json, regimes.md, regimes.png')
-    return result
-
-
-def write(out, files):
-    """Write {name: text} into the folder out (created)."""
-    os.makedirs(out, exist_ok=True)
-    for name, text in files.items():
-        with open(os.path.join(out, name), 'w') as f:
-            f.write(text)
-
-
-def run_lr(cfg):
-    """fit_law.py --lr: the learning-rate table of a rate sweep (law/rates.py), and with --panel panel.md."""
-    runs = load_runs(cfg.runs)
-    result = law.rates.analyse(runs, cfg.metric)
-    md = law.rates.to_markdown(result)
-    files = {'lr.json': jsonlib.dumps(result, indent=1, default=str), 'lr.md': md}
-    if cfg.panel:
-        # both metrics, the primary first: the panel reads the top-k loss beside the honest one
-        by_metric = {m: result if m == cfg.metric else law.rates.analyse(runs, m)
-                     for m in (cfg.metric, *[x for x in METRICS if x != cfg.metric])}
-        command = ('python fit_law.py --lr ' + ' '.join(shlex.quote(r) for r in cfg.runs) + ' --panel'
-                   + (f' --metric {cfg.metric}' if cfg.metric != metric else '') + f' --out {cfg.out}')
-        files['panel.md'] = law.rates.panel_md(by_metric, command)
-    write(cfg.out, files)
-    law.rates.plot(result, os.path.join(cfg.out, 'lr_vs_loss.png'))
-    print(files.get('panel.md', md))
-    print(f"wrote {cfg.out}/{', '.join(files)}, lr_vs_loss.png")
-    return result
-
-
-def run_isoflop(cfg):
-    """fit_law.py --isoflop: each arm's optimum at one training budget (law/isoflop.py)."""
-    WARNINGS.clear()
-    runs = load_runs(cfg.runs)
-    result = law.isoflop.analyse(runs, cfg.metric, cfg.bootstrap, cfg.seed)
-    result['warnings'] = list(WARNINGS)
-    command = ('python fit_law.py --isoflop ' + ' '.join(shlex.quote(r) for r in cfg.runs) + f' --out {cfg.out}'
-               + (f' --bootstrap {cfg.bootstrap}' if cfg.bootstrap != bootstrap else ''))
-    md = law.isoflop.to_markdown(result, command)
-    write(cfg.out, {'isoflop.json': jsonlib.dumps(to_json(result), indent=1), 'isoflop.md': md})
-    law.isoflop.plot(result, os.path.join(cfg.out, 'isoflop.png'))
-    print(md)
-    print(f'wrote {cfg.out}/isoflop.json, isoflop.md, isoflop.png')
-    return result
+    for a in argv:
+        key = a[2:].split('=')[0] if a.startswith('--') else None
+        if key in MOVED:
+            raise UserError(f'--{key} is no longer a mode of fit_law.py: {MOVED[key]}')
+    return command_line(argv, DEFAULTS, __doc__ + '\nWhat fit_law.py accepts and refuses: docs/fit_law.md.', __file__,
+                        'python fit_law.py RUNS... --out DIR')
 
 
 def run(cfg):
-    if cfg.regimes:
-        return run_regimes(cfg)
-    if cfg.lr:
-        return run_lr(cfg)
-    if cfg.isoflop:
-        return run_isoflop(cfg)
     WARNINGS.clear()
     runs = load_runs(cfg.runs)
     n_loaded = len(runs)
@@ -784,8 +581,7 @@ def run(cfg):
     torch.set_num_threads(1)  # tiny problems: threads cost more than they give
     by_metric, pairs_by_metric, dense_cache = {}, {}, {}
     for m in (cfg.metric, *[x for x in METRICS if x != cfg.metric]):
-        by_metric[m], pairs_by_metric[m] = fit_metric(runs, m, cfg.bootstrap, cfg.seed, dense_cache,
-                                                      joint=not cfg.skip_joint)
+        by_metric[m], pairs_by_metric[m] = fit_metric(runs, m, cfg.bootstrap, cfg.seed, dense_cache, joint=cfg.joint)
     variants = dict(sorted(Counter(r['variant'] for r in runs).items(),
                            key=lambda kv: (law.report.rank(kv[0]), kv[0])))
     holdout = ' or '.join(cfg.holdout) if cfg.holdout else None  # a run matching one filter or another is held out
@@ -795,28 +591,17 @@ def run(cfg):
                               n_heldout=sum(r['heldout'] for r in runs), bootstrap=cfg.bootstrap, seed=cfg.seed),
                   warnings=list(WARNINGS), **by_metric[cfg.metric], by_metric=by_metric,
                   delta_vs_tokens=law.report.delta_vs_tokens(runs),
-                  fixes=law.report.paired_fixes(runs), runs=[run_row(r) for r in runs])
-    os.makedirs(cfg.out, exist_ok=True)
-    with open(os.path.join(cfg.out, 'fit.json'), 'w') as f:
-        jsonlib.dump(to_json(result), f, indent=1)
-    with open(os.path.join(cfg.out, 'summary.md'), 'w') as f:
-        f.write(law.report.summary_md(result, runs))
+                  fixes=law.report.paired_fixes(runs), runs=[law.report.run_row(r) for r in runs])
+    law.report.write(cfg.out, {'fit.json': law.report.to_json_text(result),
+                               'summary.md': law.report.summary_md(result, runs)})
     n_plots = len(law.report.make_plots(cfg.out, runs, pairs_by_metric[cfg.metric], by_metric[cfg.metric],
-                                        cfg.metric, fitted_law(by_metric[cfg.metric]), result['delta_vs_tokens']))
-    law.report.print_summary(result, cfg.out, n_plots)
+                                        cfg.metric, fitted_law(by_metric[cfg.metric])))
+    law.report.print_summary(result, runs, cfg.out, n_plots)
     return result
 
 
-def fit(argv):
-    cfg = parse_args(argv)
-    if cfg.advise:
-        return run_advise(cfg)
-    run(cfg)
-    return 0
-
-
 def main(argv=None):
-    return run_main('fit_law.py', fit, argv)
+    return run_main('fit_law.py', lambda argv: run(parse_args(argv)) and 0, argv)
 
 
 if __name__ == '__main__':

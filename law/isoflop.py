@@ -1,5 +1,5 @@
 """
-law/isoflop.py: the comparison Mixture-of-Depths makes (fit_law.py --isoflop, sweeps/study/cpu_isoflop.py): at one
+law/isoflop.py: the comparison Mixture-of-Depths makes (sweeps/study/cpu_isoflop.py): at one
 training budget, each arm (dense, and X-MoD at stride 4) trained at several sizes, each on budget / its FLOPs per
 token; each arm's optimum is the vertex of a parabola in log N fitted to its seed-mean losses, and Delta at the
 optima = L*(X-MoD) - L*(dense). N is params_total (non-embedding, every routed block counted; run.json), the axis
@@ -11,15 +11,20 @@ one draw of the whole picture: the interval of N*, L* and Delta resamples seeds 
 seed's runs at every size of both arms together: they share its data order) and refits the parabolas. A vertex at or
 beyond the edge of the sizes measured is not an optimum the runs locate: it is clipped to the edge, flagged, and its
 interval is open on that side.
+
+    python -m law.isoflop RUNS... --out DIR [--bootstrap 2000]          # isoflop.json, isoflop.md, isoflop.png
 """
 
 import math
+import shlex
+import sys
 
 import numpy as np
 
-from configurator import UserError
-from law.load import warn
-from law.stats import fmt_t, t_interval
+from configurator import UserError, defaults_of, run_main
+from law.load import WARNINGS, command_line, load_runs, warn
+from law.report import to_json_text, write_outputs
+from law.stats import fmt_t, percentile_ci, t_interval
 
 BUDGET_TOL = 0.02        # runs within 2% of the budget's FLOPs are at it (match_flops' tolerance)
 
@@ -141,7 +146,7 @@ def analyse(runs, metric, n_boot, seed):
         for arm in grid:
             boot[arm].append(opt[arm])
         boot['delta'].append(opt['xmod'][1] - opt['dense'][1])
-    pct = lambda v: [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))] if len(v) > 1 else None
+    pct = lambda v: [float(x) for x in percentile_ci(v)] if len(v) > 1 else None
     for arm in grid:
         b = boot[arm]
         a = result['arms'][arm]
@@ -237,3 +242,34 @@ def plot(result, path):
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+# -----------------------------------------------------------------------------
+# the command line (configurator.py): RUNS... are bare arguments, run folders or globs of them
+out = ''                     # output directory (created); required
+metric = 'val_loss_causal'   # the loss: val_loss_causal or val_loss
+bootstrap = 200              # resamples of the seeds for the intervals
+seed = 0                     # the resamples' seed
+DEFAULTS = defaults_of(globals())
+
+
+def run(argv):
+    """Each arm's optimum at one training budget; writes isoflop.json, isoflop.md, isoflop.png into --out."""
+    cfg = command_line(argv, DEFAULTS, __doc__, __file__, 'python -m law.isoflop RUNS... --out DIR')
+    WARNINGS.clear()
+    result = analyse(load_runs(cfg.runs), cfg.metric, cfg.bootstrap, cfg.seed)
+    result['warnings'] = list(WARNINGS)
+    command = ('python -m law.isoflop ' + ' '.join(shlex.quote(r) for r in cfg.runs) + f' --out {cfg.out}'
+               + (f' --bootstrap {cfg.bootstrap}' if cfg.bootstrap != bootstrap else ''))
+    md = to_markdown(result, command)
+    write_outputs(cfg.out, {'isoflop.json': to_json_text(result), 'isoflop.md': md}, 'isoflop.png',
+                  lambda path: plot(result, path), md)
+    return 0
+
+
+def main(argv=None):
+    return run_main('python -m law.isoflop', run, argv)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

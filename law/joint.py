@@ -26,12 +26,11 @@ import numpy as np
 import torch
 
 from law.load import config_key
-from law.terms import D0, N0, S0, T0  # the relative law's reference point, this law's too
+from law.stats import percentile_ci, versus_nulls
+from law.terms import D0, N0, S0, SELECT_MARGIN, T0, backward_select  # the relative law's reference point
 
 HUBER_DELTA = 1e-3       # in log L: residuals past 0.1% of L count linearly (robust)
-SELECT_MARGIN = 0.05     # dropping a kept term costs > 5% CV RMSE of Delta (docs/design.md)
 FOLDS = 10               # cross-validation folds of X-MoD configurations (leave one out when there are fewer)
-NULL_BOOT = 2000         # paired bootstrap resamples of the held-out pairs (versus_nulls)
 # name: (slot, feature); the feature is a function of a run's variables (arrays): log rho 'lr', log(T/T0) 'lt',
 # log(s/s0) 'ls'. A slot's term adds to a, alpha, b or beta.
 TERMS = {
@@ -182,26 +181,6 @@ def cv_rmse(fit_runs, pairs, metric, terms, theta0):
     return None if got is None else errors(*got[:2])['rmse_delta']
 
 
-def versus_nulls(obs, pred, const, n_boot=NULL_BOOT):
-    """The law's held-out error beside two nulls that know nothing of the configuration: a constant Delta (the fitted
-    pairs' mean; per pair where each fold has its own) and Delta = 0 (X-MoD is its dense partner). For each: the
-    null's RMSE, and the mean over held-out pairs of (law's squared error - null's) with a 95% paired bootstrap
-    interval (the pairs resampled, a fixed seed: the same fit.json every time). The law beats a null when the whole
-    interval is below 0. -> (vs_null, beats_null: it beats both)."""
-    obs, pred = np.asarray(obs, float), np.asarray(pred, float)
-    law = (pred - obs) ** 2
-    # one set of resamples for both nulls; law and null are scored on the same resampled pairs
-    # (paired), so the interval is of their difference and what is hard for both cancels
-    idx = np.random.default_rng(0).integers(0, len(obs), (n_boot, len(obs)))    # (n_boot, n_pairs)
-    vs = {}
-    for name, null in (('constant', np.broadcast_to(const, obs.shape)), ('zero', np.zeros_like(obs))):
-        diff = law - (null - obs) ** 2
-        lo, hi = np.percentile(diff[idx].mean(1), [2.5, 97.5])
-        vs[name] = dict(null_rmse_delta=float(np.sqrt(np.mean((null - obs) ** 2))), mean_sq_diff=float(diff.mean()),
-                        ci=[float(lo), float(hi)], beaten=bool(hi < 0))
-    return vs, all(v['beaten'] for v in vs.values())
-
-
 def testable(pairs, terms):
     """Terms whose feature takes two values over the pairs (else the runs cannot tell them from the others)."""
     if not pairs:
@@ -211,33 +190,22 @@ def testable(pairs, terms):
 
 
 def select(fit_runs, pairs, metric, dense_theta):
-    """Backward elimination by leave-one-configuration-out RMSE of Delta: drop the term whose removal helps most,
-    while some removal helps or costs under SELECT_MARGIN. Returns (terms, history)."""
+    """Backward elimination from every testable term (law.terms.backward_select), each form fitted from the one it is
+    a term short of and scored by the leave-one-configuration-out RMSE of Delta. Returns (terms, history)."""
     terms = testable(pairs, list(TERMS))
     if 'context' not in terms and len({p['T'] for p in fit_runs}) > 1:
         terms.append('context')                     # dense runs at several contexts pin it even without pairs
-    history = []
-    theta = fit(fit_runs, metric, terms, start_from(dense_theta, terms))
-    if theta is None:
+    thetas = {tuple(terms): fit(fit_runs, metric, terms, start_from(dense_theta, terms))}
+    if thetas[tuple(terms)] is None:
         return [], [dict(step='all candidates', note='the fit failed')]
-    current = cv_rmse(fit_runs, pairs, metric, terms, theta)
-    history.append(dict(terms=list(terms), cv_rmse_delta=current))
-    while terms and current is not None:
-        trials = []
-        for t in terms:
-            rest = [u for u in terms if u != t]
-            th = fit(fit_runs, metric, rest, start_from(dense_theta, rest, (terms, theta)))
-            cv = cv_rmse(fit_runs, pairs, metric, rest, th) if th is not None else None
-            if cv is not None:
-                trials.append((cv, t, rest, th))
-        if not trials:
-            break
-        cv, t, rest, th = min(trials, key=lambda x: x[0])
-        if cv > current * (1 + SELECT_MARGIN):          # every term beats its own removal
-            break
-        history.append(dict(dropped=t, terms=list(rest), cv_rmse_delta=cv))
-        terms, theta, current = rest, th, cv
-    return terms, history
+
+    def score(form, parent):
+        if parent is not None:
+            thetas[tuple(form)] = fit(fit_runs, metric, form,
+                                      start_from(dense_theta, form, (parent, thetas[tuple(parent)])))
+        th = thetas[tuple(form)]
+        return cv_rmse(fit_runs, pairs, metric, form, th) if th is not None else None
+    return backward_select(terms, score)
 
 
 def joint_fit(runs, metric, dense_theta, delta_std, n_boot, rng):
@@ -267,7 +235,7 @@ def joint_fit(runs, metric, dense_theta, delta_std, n_boot, rng):
         if th is not None:
             samples.append(th)
     names = ['a', 'alpha', 'b', 'beta', 'e'] + terms
-    ci = (np.percentile(samples, [2.5, 97.5], axis=0).T.tolist() if len(samples) >= 2 else [None] * len(names))
+    ci = percentile_ci(samples).T.tolist() if len(samples) >= 2 else [None] * len(names)
     obs = [p['loss'][metric] - d['loss'][metric] for p, d in pairs]
     resid = np.log(predict(fit_runs, terms, theta)) - np.log([r['loss'][metric] for r in fit_runs])
     out.update(fitted=True, terms=terms, selection=history, selection_margin=SELECT_MARGIN,
@@ -322,105 +290,3 @@ def heldout_test(runs, metric, terms, dense_theta, key, value, delta_std):
                sign_right_big=float(np.mean(np.sign(pred[big]) == np.sign(obs[big]))) if big.any() else None,
                n_big=int(big.sum()))
     return res
-
-
-# -----------------------------------------------------------------------------
-# the adviser (fit_law.py --advise): which routing configuration to choose, from a fitted joint law
-
-def fitted_range(rows):
-    """What a fit saw, from fit.json's runs (the joint law's: dense and full X-MoD, not held out): each axis's
-    (low, high), and the X-MoD configurations (stride, capacity) it was fitted on."""
-    rows = [r for r in rows if not r['heldout'] and (r['model'] == 'dense' or r['variant'] == 'xmod')]
-    span = lambda k: (min(r[k] for r in rows), max(r[k] for r in rows))
-    configs = sorted({(r['stride'], r['capacity']) for r in rows if r['variant'] == 'xmod' and r['rho'] > 1 + 1e-12})
-    return dict(tokens=span('tokens'), params_active=span('params_active'), T=span('T'),
-                rho=span('rho'), configs=configs)
-
-
-def advise(fit, flops, block_size, n_embd, dense_layers, n_head=4, vocab_size=84, tol=0.02):
-    """The abstract's question for one budget: given training FLOPs, context and the dense model's shape (its active
-    size), which X-MoD configuration does the fitted joint law (fit.json's `joint`) predict best, and does any beat
-    the FLOP-matched dense model? Candidates: the (stride, capacity) configurations the fit saw, FLOP-matched to
-    this dense model (xmod.match_flops); each must stay inside the fit's range of tokens, active parameters,
-    context and rho, else the law is not asked (ValueError names the axis). Delta's 95% interval: percentiles over
-    the fit's bootstrap samples of the law's parameters, conditional on the law's form: null_tests says which of the
-    fit's held-out tests beat both nulls (a constant Delta, Delta = 0), beats_nulls whether all did; where not, the
-    verdict says so first. -> dict(dense, candidates, skipped, best, null_tests, beats_nulls, verdict)."""
-    import torch as _torch
-
-    from xmod import GPT, GPTConfig, flops_per_token, layout_string, match_flops
-    j = fit.get('joint') or {}
-    if not j.get('fitted'):
-        raise ValueError(f"the fit's joint law was not fitted ({j.get('note', 'fit_law.py --skip_joint')}): "
-                         f"nothing to advise from")
-    samples = (j.get('bootstrap') or {}).get('samples')
-    if not samples:
-        raise ValueError("the fit has no bootstrap samples of the joint law (a fit.json written before --advise, or "
-                         "--bootstrap 0): refit it with fit_law.py and --bootstrap of 20 or more")
-    terms = j['terms']
-    theta = np.array([j['coefficients'][n]['value'] for n in ['a', 'alpha', 'b', 'beta', 'e'] + terms])
-    seen = fitted_range(fit['runs'])
-
-    def inside(axis, value, what):
-        """Raise ValueError (naming the option, `what`) unless value is in the fit's (low, high) on
-        axis; the 1e-9 slack lets a value at the edge through despite rounding."""
-        lo, hi = seen[axis]
-        if not lo * (1 - 1e-9) <= value <= hi * (1 + 1e-9):
-            raise ValueError(f"{what} gives {axis} = {value:.4g}, outside the fit's range {lo:.4g} to {hi:.4g}: "
-                             f"the law is not asked to extrapolate")
-
-    def shape(cfg):
-        """A config's law inputs at this budget: params_active, rho, fpt (forward FLOPs per token),
-        tokens (training FLOPs = 3 x fpt x tokens: forward and backward), T; built on 'meta'."""
-        with _torch.device('meta'):
-            m = GPT(cfg)
-        fpt = flops_per_token(cfg)
-        return dict(params_active=float(m.num_active_params()), rho=m.num_params() / m.num_active_params(),
-                    fpt=fpt, tokens=flops / (3 * fpt), T=block_size)
-
-    dense_cfg = GPTConfig(model='dense', n_layer=dense_layers, n_embd=n_embd, n_head=n_head, block_size=block_size,
-                          vocab_size=vocab_size)
-    dense = dict(shape(dense_cfg), stride=None, layout=layout_string(dense_cfg))
-    inside('T', block_size, f'--block_size={block_size}')
-    inside('params_active', dense['params_active'], f'--n_embd={n_embd} --dense_layers={dense_layers}')
-    inside('tokens', dense['tokens'], f'--flops={flops:g}')
-    cands, skipped = [], []
-    for stride, capacity in seen['configs']:
-        try:
-            cfg = match_flops(dense_cfg, 'xmod', stride=stride, capacity=capacity, tol=tol)
-        except ValueError as e:
-            skipped.append(dict(stride=stride, capacity=capacity, why=str(e)))
-            continue
-        c = dict(shape(cfg), stride=stride, capacity=cfg.capacity, n_layer=cfg.n_layer, layout=layout_string(cfg))
-        lo, hi = seen['rho']
-        if not lo <= c['rho'] <= hi or any(abs(c['capacity'] - x['capacity']) < 1e-9 and c['n_layer'] == x['n_layer']
-                                           and c['stride'] == x['stride'] for x in cands):
-            skipped.append(dict(stride=stride, capacity=capacity, why=f"rho {c['rho']:.3g} outside the fit's "
-                                f"{lo:.3g} to {hi:.3g}" if not lo <= c['rho'] <= hi else 'the same model as another'))
-            continue
-        cands.append(c)
-    if not cands:
-        raise ValueError("no X-MoD configuration the fit saw FLOP-matches this dense model inside the fit's range of "
-                         "rho: nothing to compare")
-    rows = [dense] + cands
-    point = predict(rows, terms, theta)
-    boot = np.array([predict(rows, terms, np.array(th)) for th in samples])    # (n_samples, 1 + candidates)
-    for i, c in enumerate(cands, start=1):
-        d = boot[:, i] - boot[:, 0]
-        c.update(loss=float(point[i]), delta=float(point[i] - point[0]),
-                 delta_ci=[float(x) for x in np.percentile(d, [2.5, 97.5])])
-    dense['loss'] = float(point[0])
-    winners = [c for c in cands if c['delta_ci'][1] < 0]
-    best = min(winners, key=lambda c: c['delta']) if winners else None
-    # the intervals are over refits of one form: they hold only if the form does, which its held-out tests against
-    # a constant Delta and Delta = 0 (versus_nulls) are there to show
-    tests = {name: v['beats_null'] for name, v in j.get('heldout', {}).items() if 'beats_null' in v}
-    beats = bool(tests) and all(tests.values())
-    verdict = (f"xmod stride {best['stride']}, capacity {best['capacity']:.4f} ({best['layout']}): Delta "
-               f"{best['delta']:+.4f} [{best['delta_ci'][0]:+.4f}, {best['delta_ci'][1]:+.4f}]" if best else
-               'dense: no routing configuration is predicted to beat it')
-    if not beats:
-        verdict = f'if the law holds (it did not beat its nulls held out): {verdict}'
-    return dict(flops=flops, block_size=block_size, n_embd=n_embd, dense_layers=dense_layers, metric=fit.get('metric'),
-                terms=terms, n_samples=len(samples), dense=dense, candidates=cands, skipped=skipped, best=best,
-                null_tests=tests, beats_nulls=beats, verdict=verdict)

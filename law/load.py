@@ -20,7 +20,7 @@ from collections import Counter
 import numpy as np
 
 import xmod
-from configurator import UserError
+from configurator import UserError, configure
 from run_folder import LOG_COLUMNS
 
 METRICS = ('val_loss_causal', 'val_loss')
@@ -38,19 +38,21 @@ FPT_TOL = 0.02
 
 
 WARNINGS = []
+PROG = ['fit_law.py']      # the command that warns: command_line sets it (python -m law.rates, ...)
 
 
 def warn(msg):
     """Print a warning to stderr and keep it in WARNINGS (fit.json's `warnings`, summary.md)."""
     WARNINGS.append(msg)
-    print(f'fit_law.py: warning: {msg}', file=sys.stderr)
+    print(f'{PROG[0]}: warning: {msg}', file=sys.stderr)
 
 
 # -----------------------------------------------------------------------------
 # reading runs
 
 def find_run_dirs(patterns):
-    """Each argument must yield a run directory; what a glob also catches (stray files, a fit) is passed over."""
+    """Each argument must yield a run directory or a .csv file; what a glob also catches (stray files, a fit) is
+    passed over."""
     dirs = []
     for p in patterns:
         matches = sorted(glob.glob(p)) if any(c in p for c in '*?[') else [p]
@@ -58,12 +60,15 @@ def find_run_dirs(patterns):
             raise UserError(f'{p}: matches no file or directory')
         found = []
         for m in matches:
+            if m.endswith('.csv') and os.path.isfile(m):
+                found.append(m)               # a CSV of runs (load_csv)
+                continue
             if os.path.basename(m) == 'run.json':
                 m = os.path.dirname(m) or '.'
             if os.path.isdir(m):
                 found += sorted(root for root, _, files in os.walk(m) if 'run.json' in files)
         if not found:
-            raise UserError(f'{p}: no run.json in it or below it')
+            raise UserError(f'{p}: no run.json in it or below it, and not a .csv file of runs')
         dirs += found
     unique = {}
     for d in dirs:  # the same directory reached twice (overlapping globs) is read once
@@ -247,10 +252,69 @@ def load_run(d):
                 partner=None, heldout=False)
 
 
+CSV_COLUMNS = ('N', 'D', 'loss')                      # every row: a dense run unless its model says otherwise
+CSV_PAIR_COLUMNS = ('run', 'N_active', 'T', 'stride', 'partner')   # an X-MoD row (model=xmod) needs these too
+
+
+def load_csv(path):
+    """A CSV of runs, one row each (docs/fit_law.md): N (params_total, non-embedding), D (training tokens), loss;
+    optional model (dense or xmod), run (a name), seed, flops (6 N D when absent: the loss-against-FLOPs plot only);
+    an xmod row also N_active, T (context), stride and partner (the run name of its FLOP-matched dense partner).
+    -> the runs as load_run gives them, each X-MoD row already paired; loss is both metrics'."""
+    try:
+        with open(path, newline='') as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise UserError(f'{path}: cannot read ({e})')
+    if not rows:
+        raise UserError(f'{path}: no rows')
+    runs, by_name = [], {}
+    for line, row in enumerate(rows, start=2):
+        row = {k.strip(): (v or '').strip() for k, v in row.items() if k}
+        model = row.get('model') or 'dense'
+        need = CSV_COLUMNS + (CSV_PAIR_COLUMNS if model == 'xmod' else ())
+        if model not in ('dense', 'xmod') or any(not row.get(k) for k in need):
+            raise UserError(f'{path}: line {line}: ' + (f'model {model!r}: expected dense or xmod' if model not in
+                            ('dense', 'xmod') else f'needs {", ".join(need)}' + ' (an xmod row pairs with its dense '
+                            'partner)' * (model == 'xmod')))
+        try:
+            num = {k: float(row[k]) for k in ('N', 'D', 'loss', 'N_active', 'T', 'stride', 'seed', 'flops')
+                   if row.get(k)}
+        except ValueError as e:
+            raise UserError(f'{path}: line {line}: not a number ({e})')
+        if any(not math.isfinite(v) or v <= 0 for k, v in num.items() if k != 'seed'):
+            raise UserError(f'{path}: line {line}: N, D, loss, N_active, T, stride and flops must be positive numbers')
+        N, n_active = num['N'], num.get('N_active', num['N'])
+        if n_active > N:
+            raise UserError(f'{path}: line {line}: N_active ({n_active:g}) > N ({N:g})')
+        name = row.get('run') or f'line {line}'
+        if name in by_name:
+            raise UserError(f'{path}: line {line}: run {name!r} is named twice')
+        T, stride = (int(num[k]) if k in num else None for k in ('T', 'stride'))
+        config = dict(model=model, N=N, N_active=n_active, D=num['D'], T=T, stride=stride)
+        r = dict(dir=path, name=name, config=config, meta={}, model=model, variant=model, dataset=path, n_layer=None,
+                 n_embd=None, T=T or 0, stride=stride, capacity=None, seed=int(num.get('seed', 0)), params_total=N,
+                 params_active=n_active, rho=N / n_active, fpt=None, tokens=num['D'],
+                 flops=num.get('flops', 6 * N * num['D']), step=None, loss={m: num['loss'] for m in METRICS},
+                 log=None, partner=row.get('partner') or None, heldout=False)
+        runs.append(r)
+        by_name[name] = r
+    for r in runs:
+        if r['partner'] is not None:
+            d = by_name.get(r['partner'])
+            if d is None or d['model'] != 'dense':
+                raise UserError(f'{path}: run {r["name"]!r}: its partner {r["partner"]!r} is not a dense run here')
+            r['partner'] = d
+    return runs
+
+
 def load_runs(patterns, one_corpus=True):
-    """The finished runs of patterns, each read once, in one canonical order. one_corpus=False lets runs on several
-    corpora in (fit_law.py --regimes: a law of Delta, each X-MoD paired on its own corpus); else they are refused."""
-    runs = [r for r in (load_run(d) for d in find_run_dirs(patterns)) if r is not None]
+    """The finished runs of patterns (run folders, or CSV files of runs), each read once, in one canonical order.
+    one_corpus=False lets runs on several corpora in (python -m law.regimes: a law of Delta, each X-MoD paired on its
+    own corpus); else they are refused."""
+    runs = []
+    for d in find_run_dirs(patterns):
+        runs += load_csv(d) if d.endswith('.csv') else [r for r in [load_run(d)] if r is not None]
     if not runs:
         raise UserError(f'{" ".join(patterns)}: no finished runs')
     seen, unique = {}, []
@@ -274,13 +338,14 @@ def load_runs(patterns, one_corpus=True):
         raise UserError(f'{" ".join(patterns)}: runs on {len(corpora)} corpora ('
                         + ', '.join(f'{k}: {n}' for k, n in sorted(corpora.items()))
                         + '): a law or a rate table is per corpus; give the runs of one (Delta across corpora: '
-                        'fit_law.py --regimes)')
+                        'python -m law.regimes)')
     # one canonical order, by configuration and seed, whatever the order and globs of the arguments: the bootstrap's
     # resamples then draw the same runs, so any command line gives the same fit.json
     runs.sort(key=lambda r: (config_key(r['config'], with_seed=False), r['seed']))
     # short names for tables: the relative path, minus the prefix all runs share
-    prefix = os.path.commonpath([os.path.abspath(r['dir']) for r in runs]) if len(runs) > 1 else None
-    for r in runs:
+    folders = [r for r in runs if r['log'] is not None]       # a CSV's runs keep their own names
+    prefix = os.path.commonpath([os.path.abspath(r['dir']) for r in folders]) if len(folders) > 1 else None
+    for r in folders:
         r['name'] = os.path.relpath(os.path.abspath(r['dir']), prefix) if prefix else os.path.basename(
             os.path.abspath(r['dir']))
     return runs
@@ -306,7 +371,7 @@ def pair_runs(runs):
     Skip, with a warning, the ones that have none."""
     dense = [r for r in runs if r['model'] == 'dense']
     sparse = [r for r in runs if r['model'] != 'dense']
-    for r in sparse:
+    for r in (r for r in sparse if r['partner'] is None):      # a CSV's rows come paired
         cands = [d for d in dense if d['n_embd'] == r['n_embd'] and d['T'] == r['T'] and d['seed'] == r['seed']
                  and d['dataset'] == r['dataset']
                  and abs(d['tokens'] - r['tokens']) <= TOKENS_TOL * max(d['tokens'], r['tokens'])
@@ -381,3 +446,22 @@ def mark_heldout(filters, runs):
 def pair_heldout(r):
     """Whether r's pair is held out: when the run or its dense partner is (a pair goes whole)."""
     return r['heldout'] or (r['partner'] is not None and r['partner']['heldout'])
+
+
+# -----------------------------------------------------------------------------
+# the command line of fit_law.py and of law/'s commands
+
+def command_line(argv, defaults, doc, source, usage):
+    """argv -> its config (configurator.configure), the runs (bare arguments) as cfg.runs; refuses (UserError) no
+    runs or no --out, an unknown --metric, a negative --bootstrap. usage: the command, for the message."""
+    runs = []
+    PROG[0] = usage.split(' RUNS')[0].replace('python fit_law.py', 'fit_law.py')   # as run_main names it
+    cfg, _ = configure(argv, defaults, doc=doc, source=source, positional=runs)
+    cfg.runs = runs
+    if cfg.metric not in METRICS:
+        raise UserError(f"--metric={cfg.metric!r}: expected {' | '.join(METRICS)}")
+    if getattr(cfg, 'bootstrap', 0) < 0:
+        raise UserError('--bootstrap must be >= 0')
+    if not runs or not cfg.out:
+        raise UserError(f'give the runs and --out DIR ({usage})')
+    return cfg

@@ -1,35 +1,31 @@
 """
-law/rates.py: the peak learning rate per arm and width, and Delta at tuned and at shared rates, from the runs of a
-learning-rate sweep (sweeps/study/cpu_lr.py); fit_law.py --lr is its command line (--panel adds panel.md), and
-fit_law.py --tuned keeps the runs at their arm's best rate (tuned_runs).
+law/rates.py: the peak learning rate per arm, and Delta at tuned and at shared rates, from the runs of a
+learning-rate sweep (sweeps/study/cpu_lr.py); and fit_law.py --tuned's rule, the runs at their arm's best rate (tuned_runs).
 
-An arm is a family variant (dense, xmod, ...) at one stride and capacity, width, context, budget and learning-rate
-schedule (a WSD branch counts as the WSD run of its budget, which it equals). For each arm: its final loss at
-every peak rate (seed 0), its best rate (the lowest seed-0 loss, or among rates within 0.005 of it in seed 0 the
-lowest mean of their shared seeds: best_rate), and the seeds' mean and standard error there. Delta = sparse - dense
-at the same width, context and training FLOPs (the same budget, or for a model FLOP-matched by its token budget the
-dense run of that budget's FLOPs: dense_key), paired by seed: with each arm at its own best rate (the fair
-comparison) and with both at each shared rate. The metric is val_loss_causal unless --metric says otherwise (a
-dense run's two losses are equal).
+    python -m law.rates RUNS... --out DIR [--panel] [--metric val_loss]     # lr.json, lr.md, lr_vs_loss.png
 
-What a mean over a few seeds may claim (law/stats.py): every mean +- SE comes with its 95% t interval on n - 1
-degrees of freedom; the comparisons at the best rates (against dense and against X-MoD) with a paired t test's p
-and Holm's adjustment over all of them (one table, one family). A best rate is chosen on seed 0, which then enters
-its mean: Delta on the seeds after the screening seed (unscreened) is reported beside it; where close rates were
-told apart by their seed mean (chosen_by), those seeds took part in the choice too.
-
-Why both Deltas: a sparse model and its dense partner need not share a best rate, so Delta at one shared rate can
-be a gap in tuning rather than in the models; Delta at each arm's own best rate is the comparison the law should
-see (fit_law.py --tuned), and the shared-rate Deltas beside it show how much the rate alone moves the verdict.
+An arm is a family variant at one stride and capacity, width, context, budget and schedule (a WSD branch counts as
+the WSD run of its budget, which it equals). Its best rate: the lowest seed-0 loss, or among rates within 0.005 of it
+the lowest mean of their shared seeds (best_rate). Delta = sparse - dense at the same width, context and training
+FLOPs (dense_key), paired by seed, with each arm at its own best rate (the fair comparison: a sparse model and its
+dense partner need not share a best rate) and with both at each shared rate (how much the rate alone moves the
+verdict). Every mean +- SE comes with its 95% t interval (law/stats.py); the comparisons at the best rates with a
+paired t test's p and Holm's adjustment over the table; and, since seed 0 chose the rate and sits in its mean, Delta
+on the seeds after it beside it. docs/fit_law.md has the rest.
 """
 import csv
 import json
 import math
 import os
+import shlex
+import sys
 from collections import defaultdict
 
 import numpy as np
 
+from configurator import defaults_of, run_main
+from law.load import METRICS, command_line, load_runs
+from law.report import write_outputs
 from law.stats import fmt_t, holm, t_interval
 
 
@@ -421,3 +417,38 @@ def plot(result, path):
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+# -----------------------------------------------------------------------------
+# the command line (configurator.py): RUNS... are bare arguments, run folders or globs of them
+out = ''                     # output directory (created); required
+metric = 'val_loss_causal'   # the loss to compare: val_loss_causal or val_loss
+panel = False                # also panel.md: every arm at its best rate against dense and X-MoD, both metrics, with
+                             # t intervals and Holm-adjusted p
+DEFAULTS = defaults_of(globals())
+
+
+def run(argv):
+    """The learning-rate table of a rate sweep, and with --panel panel.md; writes them into --out."""
+    cfg = command_line(argv, DEFAULTS, __doc__, __file__, 'python -m law.rates RUNS... --out DIR')
+    runs = load_runs(cfg.runs)
+    result = analyse(runs, cfg.metric)
+    md = to_markdown(result)
+    files = {'lr.json': json.dumps(result, indent=1, default=str), 'lr.md': md}
+    if cfg.panel:
+        # both metrics, the primary first: the panel reads the top-k loss beside the honest one
+        by_metric = {m: result if m == cfg.metric else analyse(runs, m)
+                     for m in (cfg.metric, *[x for x in METRICS if x != cfg.metric])}
+        command = ('python -m law.rates ' + ' '.join(shlex.quote(r) for r in cfg.runs) + ' --panel'
+                   + (f' --metric {cfg.metric}' if cfg.metric != metric else '') + f' --out {cfg.out}')
+        files['panel.md'] = panel_md(by_metric, command)
+    write_outputs(cfg.out, files, 'lr_vs_loss.png', lambda path: plot(result, path), files.get('panel.md', md))
+    return 0
+
+
+def main(argv=None):
+    return run_main('python -m law.rates', run, argv)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

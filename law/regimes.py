@@ -1,5 +1,5 @@
 """
-law/regimes.py: one law of Delta across regimes (fit_law.py --regimes): corpora, contexts and tokens per active
+law/regimes.py: one law of Delta across regimes: corpora, contexts and tokens per active
 parameter, from the tuned runs of every sweep. The absolute law is per corpus (law/load.py refuses to mix them), but
 Delta, X-MoD's loss minus its FLOP-matched dense partner's on the same corpus and seed, can be compared across them:
 
@@ -22,18 +22,21 @@ trend"), Delta / log(rho) = level + tokens_per_param * log(q/q0) for each corpus
 q* = q0 * exp(-level / tokens_per_param). A cluster bootstrap over configurations (a configuration's seeds go
 together: they share everything but the seed) gives its interval, and Delta's at q = REACH_Q, the most tokens per
 parameter this machine reaches in a two-hour one-thread run.
+
+    python -m law.regimes RUNS... --out DIR [--bootstrap 2000]          # regimes.json, regimes.md, regimes.png
 """
 
 import math
+import sys
 
 import numpy as np
 
-from configurator import UserError
-from law.joint import SELECT_MARGIN, versus_nulls
-from law.load import pair_runs
+from configurator import UserError, defaults_of, run_main
+from law.load import WARNINGS, command_line, load_runs, pair_runs
 from law.rates import tuned_runs
-from law.stats import t_interval
-from law.terms import D0, N0, S0, T0
+from law.report import to_json_text, write_outputs
+from law.stats import percentile_ci, rank_quantile, t_interval, versus_nulls
+from law.terms import D0, N0, S0, SELECT_MARGIN, T0, backward_select
 
 Q0 = D0 / N0                       # tokens per active parameter of the reference pair, 2.5
 REFERENCE_CORPUS = 'shakespeare'   # the reference pair's (law/terms.py: D0, N0)
@@ -141,23 +144,11 @@ def rmse(obs, pred):
 
 
 def select(pairs, cands):
-    """Backward elimination from BASE + every candidate: drop the candidate whose removal lowers the CV RMSE most, or
-    costs less than SELECT_MARGIN; stop when every removal costs more. -> (terms, history)."""
+    """Backward elimination from BASE + every identified candidate (law.terms.backward_select), scored by the
+    leave-one-configuration-out RMSE of Delta. -> (terms, history)."""
     obs = [p['delta'] for p in pairs]
-    score = lambda terms: rmse(obs, cv(pairs, terms)[0])
     terms = list(BASE) + [t for t in cands if t in identified(pairs, list(BASE) + cands)]
-    current, history = score(terms), []
-    history.append(dict(terms=list(terms), cv_rmse_delta=current))
-    while any(t not in BASE for t in terms):
-        trials = {t: score([u for u in terms if u != t]) for t in terms if t not in BASE}
-        t, without = min(trials.items(), key=lambda kv: kv[1])
-        # 5% margin: a term must buy a clear gain, not a rounding one (docs/design.md)
-        if without > current * (1 + SELECT_MARGIN):
-            break
-        terms.remove(t)
-        current = without
-        history.append(dict(dropped=t, terms=list(terms), cv_rmse_delta=current))
-    return terms, history
+    return backward_select(terms, lambda form, parent: rmse(obs, cv(pairs, form)[0]), keep=BASE)
 
 
 def heldout_tests(pairs, terms, ref):
@@ -203,12 +194,6 @@ def crossing_q(coef, corpus, ref):
     return Q0 * math.exp(e) if e < 700 else math.inf          # beyond exp's range: no crossing in any sense
 
 
-def quantile(x, p):
-    """A percentile that keeps inf (no crossing) as a value: the sample at rank p, no interpolation."""
-    x = np.sort(np.asarray(x, float))
-    return float(x[min(len(x) - 1, max(0, int(math.floor(p * len(x)))))])
-
-
 def cluster_bootstrap(pairs, terms, n_boot, seed):
     """Refits of the form on configurations drawn with replacement, each with all its seeds (they share everything
     but the seed, so a configuration, not a pair, is one draw); draws that cannot constrain every term are dropped."""
@@ -225,7 +210,7 @@ def cluster_bootstrap(pairs, terms, n_boot, seed):
 def intervals(samples, terms):
     """{term: [2.5%, 97.5%]}: each coefficient's 95% interval over the cluster-bootstrap refits
     (list of {term: coefficient}); None for each when no refit was valid."""
-    return {t: [quantile([s[t] for s in samples], 0.025), quantile([s[t] for s in samples], 0.975)]
+    return {t: [rank_quantile([s[t] for s in samples], 0.025), rank_quantile([s[t] for s in samples], 0.975)]
             if samples else None for t in terms}
 
 
@@ -249,7 +234,7 @@ def crossings(pairs, terms, ref, n_boot, seed):
                         at_q_max=[float(trend(s, corpus, ref, q_meas)) for s in samples],
                         at_reach=[float(trend(s, corpus, ref, REACH_Q)) for s in samples])
             for k, v in boot.items():
-                row[f'{k}_ci'] = [quantile(v, 0.025), quantile(v, 0.975)]
+                row[f'{k}_ci'] = [rank_quantile(v, 0.025), rank_quantile(v, 0.975)]
             # share of refits whose q* lies past what was measured and no further than the reach
             row['share_crossing_within_reach'] = float(np.mean([q_meas < q <= REACH_Q for q in boot['q_cross']]))
         out[corpus] = row
@@ -411,7 +396,7 @@ def plot(result, pairs, path):
         ax.plot(q, trend(x['coefficients'], c, ref, q), color=colors[c], label=f'{c}: trend at T={T0}, s={S0}')
         if samples:
             band = np.array([trend(s, c, ref, q) for s in samples])
-            ax.fill_between(q, *np.percentile(band, [2.5, 97.5], axis=0), color=colors[c], alpha=0.12)
+            ax.fill_between(q, *percentile_ci(band), color=colors[c], alpha=0.12)
     for T, m in markers.items():
         if any(p['T'] == T for p in pairs):
             ax.plot([], [], ls='none', marker=m, color='gray', label=f'runs at T={T}')
@@ -427,3 +412,34 @@ def plot(result, pairs, path):
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+# -----------------------------------------------------------------------------
+# the command line (configurator.py): RUNS... are bare arguments, run folders or globs of them, any corpora
+out = ''                     # output directory (created); required
+metric = 'val_loss_causal'   # the loss: val_loss_causal or val_loss
+bootstrap = 200              # cluster-bootstrap resamples for the intervals
+seed = 0                     # the resamples' seed
+DEFAULTS = defaults_of(globals())
+
+
+def run(argv):
+    """Delta across corpora, contexts and tokens per active parameter; writes regimes.json, regimes.md, regimes.png."""
+    cfg = command_line(argv, DEFAULTS, __doc__, __file__, 'python -m law.regimes RUNS... --out DIR')
+    WARNINGS.clear()
+    result, pairs = fit_regimes(load_runs(cfg.runs, one_corpus=False), cfg.metric, cfg.bootstrap, cfg.seed)
+    result['warnings'] = list(WARNINGS)
+    command = ('python -m law.regimes ' + ' '.join(cfg.runs) + f' --out {cfg.out}'
+               + (f' --bootstrap {cfg.bootstrap}' if cfg.bootstrap != bootstrap else ''))
+    md = summary_md(result, pairs, command)
+    write_outputs(cfg.out, {'regimes.json': to_json_text(dict(result, pairs=pairs)), 'regimes.md': md}, 'regimes.png',
+                  lambda path: plot(result, pairs, path), md)
+    return 0
+
+
+def main(argv=None):
+    return run_main('python -m law.regimes', run, argv)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,10 +1,10 @@
 """
-law/report.py: what fit_law.py found, for people: summary.md, the eight plots and the lines it prints, and the
+law/report.py: what fit_law.py found, for people: summary.md, the three plots and the lines it prints, and the
 table of Delta against training tokens. It fits nothing: the fitted laws come in as functions (fit_law.fitted_law).
 A plot whose data is absent says so instead of failing.
 """
 
-import csv
+import json
 import math
 import os
 
@@ -18,7 +18,7 @@ from law.terms import BASE_TERMS
 # plots
 
 # a variant keeps its family's colour (mod-centred is MoD, moe-cf1 the MoE), so that a reader matches points across
-# the eight plots by colour alone; the router-knob ablations of X-MoD get colours of their own
+# the plots (here and tools/fit_plots.py) by colour alone; the router-knob ablations of X-MoD get colours of their own
 COLORS = {'dense': 'black', 'mod': 'tab:orange', 'mod-centred': 'tab:orange', 'xmod': 'tab:blue', 'moe': 'tab:green',
           'moe-cf1': 'tab:green', 'xmod-plain': 'tab:purple', 'xmod-nobal': 'tab:cyan', 'xmod-plain-nobal': 'tab:pink',
           'xmod-random': 'tab:gray', 'xmod-active': 'tab:olive', 'xmod-mom0': 'tab:red', 'xmod-bce1': 'tab:olive',
@@ -45,22 +45,6 @@ def rank(variant):
 def empty_note(ax, text):
     """Write text in the middle of an empty panel ax: the plot's data is absent; returns None."""
     ax.text(0.5, 0.5, text, ha='center', va='center', transform=ax.transAxes, wrap=True)
-
-
-def plot_loss_vs_flops(ax, runs, metric):
-    """Each run's final loss (metric, nats per token) against its training FLOPs, by variant;
-    a grey segment joins each sparse run to its dense partner."""
-    for v in sorted({r['variant'] for r in runs}, key=rank):
-        rs = [r for r in runs if r['variant'] == v]
-        ax.scatter([r['flops'] for r in rs], [r['loss'][metric] for r in rs], c=color(v), marker=marker(v),
-                   label=v, s=25, zorder=3)
-    for r in runs:  # thin grey lines join each sparse run to its FLOP-matched dense partner
-        if r['partner'] is not None:
-            ax.plot([r['partner']['flops'], r['flops']], [r['partner']['loss'][metric], r['loss'][metric]],
-                    c='0.7', lw=0.7, zorder=1)
-    ax.set_xscale('log')
-    ax.set(xlabel='training FLOPs', ylabel=metric, title='loss vs compute (grey: FLOP-matched pairs)')
-    ax.legend(fontsize=7)
 
 
 def plot_loss_vs_params(ax, runs, metric):
@@ -161,75 +145,10 @@ def plot_delta_vs_logrho(axes, pairs, rel, law_delta):
 def shape_label(r):
     """A run's model in a few characters: variant, n_layer, stride and capacity (where it has a
     stride), T; e.g. 'xmod L6 s4 c0.5 T128'."""
-    s = f'{r["variant"]} L{r["n_layer"]}'
+    s = r['variant'] + (f' L{r["n_layer"]}' if r['n_layer'] is not None else '')
     if r['stride'] is not None:
-        s += f' s{r["stride"]} c{r["capacity"]:g}'
+        s += f' s{r["stride"]}' + (f' c{r["capacity"]:g}' if r['capacity'] is not None else '')
     return s + f' T{r["T"]}'
-
-
-def plot_ablations(ax, runs, metric):
-    """One bar per sparse configuration with a dense partner: mean Delta over its seeds, its
-    error bar the std over seeds (not the standard error)."""
-    # Delta against each run's own dense partner rather than raw losses: configurations of different compute then
-    # share one axis, and 0 is the dense model
-    by = {}
-    for r in runs:
-        if r['partner'] is not None:
-            by.setdefault(config_key(r['config'], with_seed=False), []).append(r)
-    if not by:
-        return empty_note(ax, 'no sparse run with a dense partner')
-    # bars sorted by shape (layers, stride, capacity, context) so a full X-MoD config sits beside its ablations
-    items = sorted(by.values(), key=lambda rs: (rs[0]['T'], rs[0]['n_layer'], rs[0]['stride'] or 0,
-                                                rs[0]['capacity'] or 0, rank(rs[0]['variant'])))
-    for i, rs in enumerate(items):
-        d = [r['loss'][metric] - r['partner']['loss'][metric] for r in rs]
-        # error bar: the std over seeds, one run's spread; the mean's own error is std / sqrt(n)
-        ax.bar(i, np.mean(d), color=color(rs[0]['variant']), yerr=np.std(d, ddof=1) if len(d) > 1 else None,
-               capsize=3)
-    ax.set_xticks(range(len(items)))
-    ax.set_xticklabels([shape_label(rs[0]) for rs in items], rotation=75, fontsize=6)
-    for v in sorted({rs[0]['variant'] for rs in items}, key=rank):
-        ax.bar(0, 0, color=color(v), label=v)              # an empty bar: one legend entry
-    ax.axhline(0, c='k', lw=0.6)
-    ax.set(ylabel=f'Delta vs FLOP-matched dense ({metric})',
-           title='ablations against full X-MoD\n(bars: mean over seeds; error bars: std over seeds)')
-    ax.legend(fontsize=7)
-
-
-def plot_training_curves(ax, runs, metric):
-    """Validation loss (metric) against training FLOPs through training, for one dense run and
-    its closest FLOP-matched MoD, X-MoD and MoE partners."""
-    # one picture of the families side by side: the dense run with the most FLOP-matched families, each the partner
-    # closest in FLOPs per token, so that the curves differ by the family and not by the compute
-    best = None
-    for d in runs:
-        if d['model'] != 'dense':
-            continue
-        quartet, cost = [d], 0.0
-        for fam in ('mod', 'xmod', 'moe'):
-            cands = [r for r in runs if r['partner'] is d and r['variant'] == fam]
-            if cands:
-                r = min(cands, key=lambda r: abs(math.log(r['fpt'] / d['fpt'])))
-                quartet.append(r)
-                cost += abs(math.log(r['fpt'] / d['fpt']))    # off in FLOPs per token, as a ratio
-        score = (len(quartet), -cost)              # most families first, then the closest match
-        if len(quartet) > 1 and (best is None or score > best[0]):
-            best = (score, quartet)
-    if best is None:
-        return empty_note(ax, 'no FLOP-matched dense / MoD / X-MoD / MoE group: skipped')
-    quartet = best[1]
-    shown = []
-    for r in quartet:
-        ax.plot(r['log']['flops'], r['log'][metric], c=color(r['variant']), label=f'{r["variant"]}: {r["name"]}')
-        shown += [v for f, v in zip(r['log']['flops'], r['log'][metric]) if f > 0]   # step 0 is off a log axis
-    if shown:
-        lo, hi = min(shown), max(shown)
-        ax.set_ylim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
-    missing = [f for f in ('mod', 'xmod', 'moe') if f not in {r['variant'] for r in quartet}]
-    ax.set_xscale('log')
-    ax.set(xlabel='training FLOPs', ylabel=metric,
-           title='FLOP-matched training curves' + (f' (missing: {", ".join(missing)})' if missing else ''))
-    ax.legend(fontsize=7)
 
 
 def config_label(r):
@@ -256,7 +175,7 @@ def delta_vs_tokens(runs, min_seeds=2):
     {label: {seeds, runs, <metric>: [{tokens, n, mean, se}]}}, se = std over seeds / sqrt(n), null for one seed."""
     by = {}
     for r in runs:
-        if r['partner'] is not None:
+        if r['partner'] is not None and r['log'] is not None:
             by.setdefault(config_key(r['config'], with_seed=False), []).append(r)
     table = {}
     for rs in sorted(by.values(), key=lambda rs: (-len(rs), config_label(rs[0]))):
@@ -275,30 +194,6 @@ def delta_vs_tokens(runs, min_seeds=2):
         # two configs can share a label (it omits e.g. the learning rate): a number parts them
         table[label if label not in table else f'{label} ({len(table)})'] = entry
     return table
-
-
-def plot_delta_vs_tokens(axes, table):
-    """Delta against training tokens, a panel per configuration of delta_vs_tokens' table (as many
-    as there are axes: most seeds first), both metrics; band: mean +- 1 standard error."""
-    if not table:
-        return empty_note(axes[0], 'no sparse configuration with >= 2 seeds and dense partners')
-    for ax, (label, e) in zip(axes, table.items()):
-        # a configuration whose runs and dense partners logged only their last step in common (a WSD branch against
-        # a cosine partner, say) is one point: say so instead of leaving it unexplained
-        points = sum(row['tokens'] > 0 for row in e['val_loss_causal'])
-        alone = '' if points > 1 else '\n(one point: the pairs share no other evaluation step)'
-        for m, c, name in (('val_loss_causal', 'tab:blue', 'causal'), ('val_loss', 'tab:orange', 'top-k')):
-            rows = [row for row in e[m] if row['tokens'] > 0]  # at step 0 neither model has trained
-            x = [row['tokens'] for row in rows]
-            mean = np.array([row['mean'] for row in rows])
-            se = np.array([np.nan if row['se'] is None else row['se'] for row in rows])
-            ax.plot(x, mean, color=c, marker='o', ms=3, label=f'{name}: mean over seeds')
-            # the band: mean +- 1 standard error over seeds (NaN, no band, where one seed)
-            ax.fill_between(x, mean - se, mean + se, color=c, alpha=0.25, lw=0)
-        ax.axhline(0, c='0.6', lw=0.6)
-        ax.set(xlabel='training tokens', ylabel='Delta vs FLOP-matched dense (nats)',
-               title=f'{label}, {len(e["seeds"])} seeds\n(band: mean +- 1 standard error; step 0 not shown){alone}')
-        ax.legend(fontsize=7)
 
 
 def paired_fixes(runs):
@@ -321,124 +216,15 @@ def paired_fixes(runs):
     return table
 
 
-def log_columns(run):
-    """The routing diagnostics of a run's log.csv, averaged over routed layers: {name: np.array over evaluations}
-    (tokens, router_acc, score_std, jaccard, gate, causal_rate, untouched_frac, causal_untouched_frac, gap = causal
-    minus top-k loss); a column the log lacks (older runs) is all NaN."""
-    with open(os.path.join(run['dir'], 'log.csv'), newline='') as f:
-        rows = list(csv.DictReader(f))
-    num = lambda x: float(x) if x not in ('', None) else np.nan
-    out = {}
-    for name in ('router_acc', 'score_std', 'jaccard', 'gate', 'causal_rate'):
-        # NAME_l for each routed layer l, averaged over layers; the digits test keeps gate_mean_l out of gate
-        per_row = [[num(v) for k, v in row.items() if k.startswith(name + '_') and k[len(name) + 1:].isdigit()]
-                   for row in rows]
-        out[name] = np.array([np.nanmean(x) if x and not np.all(np.isnan(x)) else np.nan for x in per_row])
-    for name in ('tokens', 'untouched_frac', 'causal_untouched_frac'):
-        out[name] = np.array([num(row.get(name)) for row in rows])
-    out['gap'] = np.array([num(row['val_loss_causal']) - num(row['val_loss']) for row in rows])
-    return out
-
-
-def plot_routing_diagnostics(axes, runs, metric):
-    """Why the gain fades, four panels: (1) final Delta against the training budget, by stride; (2) the router's
-    score spread and accuracy over training; (3) how the routed layers share tokens (Jaccard of consecutive layers'
-    selections, tokens no routed layer takes) against independent choices; (4) causal against top-k routing. Panels
-    2-4 show the reference config's full X-MoD runs (seed mean) and each router-knob fix beside it."""
-    xm = [r for r in runs if r['model'] == 'xmod' and r['partner'] is not None]
-    full = [r for r in xm if r['variant'] == 'xmod']
-    if not full:
-        return empty_note(axes[0], 'no full X-MoD run with a dense partner')
-    # the reference config: the full X-MoD config with the most seeds; panel 1 keeps its context and width
-    shape = lambda r: (r['T'], r['n_embd'], r['n_layer'], r['stride'], r['capacity'], r['tokens'])
-    counts = {}
-    for r in full:
-        counts[shape(r)] = counts.get(shape(r), 0) + 1
-    ref_shape = max(counts, key=counts.get)
-    T, width = ref_shape[:2]
-    ax, drawn = axes[0], False
-    for s in sorted({r['stride'] for r in full}):
-        by = {}
-        for r in full:
-            if r['stride'] == s and r['T'] == T and r['n_embd'] == width:
-                by.setdefault((r['capacity'], r['n_layer']), {}).setdefault(r['tokens'], []).append(
-                    r['loss'][metric] - r['partner']['loss'][metric])
-        for (c, L), at in by.items():
-            if len(at) < 2:
-                continue                      # one budget: no line to draw
-            x = sorted(at)
-            mean = [np.mean(at[t]) for t in x]
-            # error bar: 1 standard error over seeds, none (0) for a single seed
-            se = [np.std(at[t], ddof=1) / math.sqrt(len(at[t])) if len(at[t]) > 1 else 0 for t in x]
-            ax.errorbar(x, mean, yerr=se, marker='o', ms=4, capsize=3, label=f'stride {s}, L{L}, c={c:.3g}')
-            drawn = True
-    if drawn:
-        ax.axhline(0, c='0.6', lw=0.6)
-        ax.set_xscale('log')
-        ax.set(xlabel='training tokens (each point its own run and schedule)', ylabel=f'final Delta ({metric})',
-               title=f'the gain against the budget\n(T={T}, width {width}; error bars: 1 SE over seeds)')
-        ax.legend(fontsize=7)
-    else:
-        empty_note(ax, f'no X-MoD config at T={T}, width {width} with pairs at two budgets')
-    ref = [r for r in xm if shape(r) == ref_shape]     # its full X-MoD runs and the fixes on it
-    groups = {}
-    for r in ref:
-        d = log_columns(r)
-        if not np.all(np.isnan(d['jaccard'])):
-            groups.setdefault(r['variant'], []).append(d)
-    if not groups:
-        for ax in axes[1:]:
-            empty_note(ax, 'no reference run logged routing diagnostics')
-        return
-    c = ref[0]['capacity']
-    R = sum(1 for k in range(ref[0]['n_layer']) if k % ref[0]['stride'])         # routed layers (xmod's layout)
-    acc_ax, gap_ax = axes[1].twinx(), axes[3].twinx()
-    for v in sorted(groups, key=rank):
-        ds = groups[v]
-        n = min(len(d['tokens']) for d in ds)
-        x = ds[0]['tokens'][:n]
-        keep = x > 0                                                    # step 0: nothing trained yet
-        mean = lambda k: np.nanmean([d[k][:n] for d in ds], axis=0)[keep]
-        x, lab = x[keep], f'{v} ({len(ds)} seeds)'
-        axes[1].plot(x, mean('score_std'), c=color(v), marker='o', ms=3, label=f'{lab}: score std')
-        acc_ax.plot(x, mean('router_acc'), c=color(v), ls=':', label=f'{lab}: router accuracy (right)')
-        axes[2].plot(x, mean('jaccard'), c=color(v), marker='o', ms=3, label=f'{lab}: Jaccard, consecutive layers')
-        axes[2].plot(x, mean('untouched_frac'), c=color(v), ls='--', label=f'{lab}: untouched by all {R}')
-        axes[3].plot(x, mean('causal_rate') / c, c=color(v), marker='o', ms=3, label=f'{lab}: causal rate / c')
-        gap_ax.plot(x, mean('gap'), c=color(v), ls='--', label=f'{lab}: causal - top-k loss (right)')
-    # the baselines of layers that choose independently, each taking a fraction c: two of them share c^2 of the
-    # tokens of the c + c - c^2 either takes (Jaccard c/(2-c)), and all R miss a token with probability (1-c)^R
-    axes[2].axhline(c / (2 - c), c='0.4', lw=0.8, ls=':', label='independent choices: Jaccard c/(2-c)')
-    axes[2].axhline((1 - c) ** R, c='0.4', lw=0.8, ls='-.', label=f'independent choices: untouched (1-c)^{R}')
-    axes[3].axhline(1, c='0.6', lw=0.6)
-    axes[1].set(ylabel='std of router scores', title='the router: score spread and accuracy')
-    acc_ax.set(ylabel='router accuracy (BCE sign = top-k choice)')
-    axes[2].set(ylabel='fraction', title='how the routed layers share tokens')
-    axes[3].set(ylabel='causal selection rate / c', title='causal against top-k routing')
-    gap_ax.set(ylabel='val_loss_causal - val_loss (nats)')
-    for ax, twin in ((axes[1], acc_ax), (axes[2], None), (axes[3], gap_ax)):
-        ax.set(xlabel='training tokens')
-        handles, labels = ax.get_legend_handles_labels()
-        if twin is not None:
-            h2, l2 = twin.get_legend_handles_labels()
-            handles, labels = handles + h2, labels + l2
-        ax.legend(handles, labels, fontsize=6)
-
-
-def make_plots(out, runs, pairs, res, metric, law, dvt):
-    """The eight plots of one metric; law = (L(N, D), Delta(rho, T, s, ...)), the fitted laws as functions;
-    dvt = delta_vs_tokens(runs), one panel per configuration (at most 4)."""
+def make_plots(out, runs, pairs, res, metric, law):
+    """The three plots of one metric; law = (L(N, D), Delta(rho, T, s, ...)), the fitted laws as functions. The
+    study's five others (tools/fit_plots.py) draw what the run logs show beside a fit."""
     import matplotlib  # here, not at the top: the tables and summary.md do not need it
     matplotlib.use('Agg')      # files only: no display is needed, as on a cluster node
     import matplotlib.pyplot as plt
-    specs = [('loss_vs_flops', 1, lambda a: plot_loss_vs_flops(a[0], runs, metric)),
-             ('loss_vs_params', 1, lambda a: plot_loss_vs_params(a[0], runs, metric)),
+    specs = [('loss_vs_params', 1, lambda a: plot_loss_vs_params(a[0], runs, metric)),
              ('pred_vs_obs', 2, lambda a: plot_pred_vs_obs(a, runs, pairs, law[0], metric)),
-             ('delta_vs_logrho', 2, lambda a: plot_delta_vs_logrho(a, pairs, res['relative'], law[1])),
-             ('ablations', 1, lambda a: plot_ablations(a[0], runs, metric)),
-             ('training_curves', 1, lambda a: plot_training_curves(a[0], runs, metric)),
-             ('delta_vs_tokens', min(4, max(1, len(dvt))), lambda a: plot_delta_vs_tokens(a, dvt)),
-             ('routing_diagnostics', (2, 2), lambda a: plot_routing_diagnostics(a, runs, metric))]
+             ('delta_vs_logrho', 2, lambda a: plot_delta_vs_logrho(a, pairs, res['relative'], law[1]))]
     paths = []
     for name, n, draw in specs:
         rows, cols = n if isinstance(n, tuple) else (1, n)             # panels: a row of n, or a (rows, cols) grid
@@ -503,6 +289,21 @@ def form_sentence(sel):
     return f'{kept}. Dropped: {"; ".join(dropped) or "none"}.'
 
 
+def shared_rate_note(result, runs):
+    """What a Delta rests on when every run shares one peak learning rate, untuned for each arm (as
+    sweeps/classroom.py's do): said first in summary.md and last in what fit_law.py prints; '' otherwise (the arms'
+    rates differ, were tuned by --tuned, or are unknown, as in a CSV)."""
+    rates = {r['config'].get('learning_rate') for r in runs}
+    i = result['inputs']
+    if len(rates) != 1 or None in rates or (i['tuned'] and i['n_off_best_rate']) or not any(r['partner'] for r in runs):
+        return ''
+    return (f'Read this first: all {len(runs)} runs share one peak learning rate ({rates.pop():g}), not tuned for each '
+            f"arm. Dense has a sharp optimum in the rate and X-MoD a flat one, so a rate off dense's best favours "
+            f"X-MoD: at each arm's own tuned rate the study's X-MoD does not beat its FLOP-matched dense model "
+            f'(docs/results.md, "Learning-rate sensitivity"; tutorial chapter 12). Read the Delta below as what this '
+            f'rate gives, not as the answer; tune each arm (sweeps/study/cpu_lr.py) and fit with --tuned for that.')
+
+
 def conclusion(result, runs):
     """summary.md's opening paragraph: what the fit says, in plain words, for the primary metric. Delta at the
     reference configuration over seeds, Delta over all fitted pairs, the gain's sign, and whether any term predicts
@@ -512,12 +313,12 @@ def conclusion(result, runs):
     pairs = [r for r in runs if r['variant'] == 'xmod' and r.get('partner') and not r['heldout']]
     if not pairs:
         return 'No full X-MoD run has a FLOP-matched dense partner here: there is no Delta to conclude about.\n'
+    s = [note for note in [shared_rate_note(result, runs)] if note]
     delta = lambda r: r['loss'][m] - r['partner']['loss'][m]
     # the reference pairs, where the law's gain is read: tokens within the pairing's 1% (2,000,896 is D0 = 2M)
     ref = [r for r in pairs if r['stride'] == rel['s0'] and r['T'] == rel['T0'] and
            abs(r['tokens'] - rel['D0']) <= 0.01 * rel['D0'] and r['partner']['params_total'] == rel['N0']]
     where = lambda d: 'behind' if d > 0 else 'ahead of'
-    s = []
     if ref:
         # pairs of one seed share its data order and initialisation (a WSD branch reuses the seed of a cosine run):
         # the seed, not the pair, is the unit of independent evidence, so the interval is over seed means
@@ -746,7 +547,7 @@ def mean_pm_se(row):
 
 def delta_vs_tokens_md(table):
     """summary.md's section on delta_vs_tokens' table: a row per configuration and evaluation."""
-    s = ['## Delta against training tokens (delta_vs_tokens.png)\n',
+    s = ['## Delta against training tokens (tools/fit_plots.py draws it)\n',
          'Mean over seeds +- 1 standard error, at every evaluation a run and its dense partner both logged.\n']
     if not table:
         return '\n'.join(s + ['No sparse configuration has 2 seeds or more with dense partners.\n'])
@@ -772,9 +573,9 @@ def fixes_md(table):
     return '\n'.join(s + [md_table(['fix', 'config', 'seeds', 'causal', 'top-k'], rows) + '\n'])
 
 
-def print_summary(result, out, n_plots):
+def print_summary(result, runs, out, n_plots):
     """Print, per metric, the dense law, the joint and relative laws, the form and the goals, then
-    where fit_law.py wrote its files (out); returns None."""
+    where fit_law.py wrote its files (out), and last what a shared untuned rate means; returns None."""
     i = result['inputs']
     print(f'runs: {i["n_runs"]} ({", ".join(f"{k} {v}" for k, v in i["variants"].items())}), {i["n_heldout"]} held '
           f'out' + (f' by {i["holdout"]!r}' if i['holdout'] else ''))
@@ -799,3 +600,54 @@ def print_summary(result, out, n_plots):
         if r['metrics']['goals']:
             print(f'[{m}] held-out goals: ' + '; '.join(goal_texts(r['metrics']['goals'])))
     print(f'wrote {os.path.join(out, "fit.json")}, summary.md and {n_plots} plots')
+    note = shared_rate_note(result, runs)
+    if note:
+        print(note)
+
+
+# -----------------------------------------------------------------------------
+# the files: fit.json's rows and numbers, written into the output folder
+
+def run_row(r):
+    """One run as fit.json lists it."""
+    p = r['partner']
+    return dict(run=r['name'], dir=r['dir'], model=r['model'], variant=r['variant'], n_layer=r['n_layer'],
+                n_embd=r['n_embd'], stride=r['stride'], capacity=r['capacity'], T=r['T'], seed=r['seed'],
+                params_total=r['params_total'], params_active=r['params_active'], rho=r['rho'],
+                flops_per_token=r['fpt'], tokens=r['tokens'], flops=r['flops'], heldout=r['heldout'], loss=r['loss'],
+                partner=p['name'] if p else None,
+                delta={m: r['loss'][m] - p['loss'][m] for m in METRICS} if p else None)
+
+
+def to_json(x):
+    if isinstance(x, dict):
+        return {k: to_json(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [to_json(v) for v in x]
+    if isinstance(x, (np.floating, float)):
+        return float(x) if math.isfinite(x) else None
+    if isinstance(x, np.integer):
+        return int(x)
+    return x
+
+
+def to_json_text(x):
+    """x as the JSON text of fit.json and the modes' files: NaN and inf as null, numpy numbers as Python's."""
+    return json.dumps(to_json(x), indent=1)
+
+
+def write(out, files):
+    """Write {name: text} into the folder out (created)."""
+    os.makedirs(out, exist_ok=True)
+    for name, text in files.items():
+        with open(os.path.join(out, name), 'w') as f:
+            f.write(text)
+
+
+def write_outputs(out, files, png, draw, shown):
+    """A law/ command's end: files {name: text} and the picture png, draw(path), into the folder out; then print
+    shown and what was written."""
+    write(out, files)
+    draw(os.path.join(out, png))
+    print(shown)
+    print(f"wrote {out}/{', '.join(files)}, {png}")

@@ -1,7 +1,9 @@
 """
-law/stats.py: what a mean over a few seeds may claim: Student's t interval with its degrees of freedom, a paired
-t test's two-sided p, and Holm's adjustment where one table makes several comparisons. numpy and math only (the
-project does not depend on scipy); the t distribution's CDF is the regularized incomplete beta function's.
+law/stats.py: every interval the law's scripts print. What a mean over a few seeds may claim: Student's t interval
+with its degrees of freedom, a paired t test's two-sided p, and Holm's adjustment where one table makes several
+comparisons; and what a bootstrap may: percentile intervals, and a law's held-out error against two nulls. numpy and
+math only (the project does not depend on scipy); the t distribution's CDF is the regularized incomplete beta
+function's.
 """
 
 import math
@@ -87,3 +89,50 @@ def fmt_t(d, digits=4):
     if d.get('se') is None:
         return s
     return s + f" ± {d['se']:.{digits}f}, 95% t({d['df']}) [{d['lo']:+.{digits}f}, {d['hi']:+.{digits}f}]"
+
+
+def percentile_ci(samples):
+    """The 95% percentile interval of bootstrap samples along their first axis: (2.5%, 97.5%) arrays."""
+    return np.percentile(samples, [2.5, 97.5], axis=0)
+
+
+def bootstrap_intervals(samples, names, what='', warn=None):
+    """{name: [2.5%, 97.5%]} of samples (n_samples, n_names); None for every name with fewer than 2 samples, and for
+    a name every sample gives one value (a zero-width interval would look precise; warn(message) is told)."""
+    if len(samples) < 2:
+        return {k: None for k in names}
+    ci = {}
+    for k, lo, hi in zip(names, *percentile_ci(samples)):
+        ci[k] = [float(lo), float(hi)] if hi - lo > 1e-9 * max(abs(lo), abs(hi)) else None
+        if ci[k] is None and warn:
+            warn(f'{what}: every bootstrap resample gives the same {k}: no interval')
+    return ci
+
+
+def rank_quantile(x, p):
+    """A percentile that keeps inf as a value (law/regimes.py: no crossing): the sample at rank p, no interpolation."""
+    x = np.sort(np.asarray(x, float))
+    return float(x[min(len(x) - 1, max(0, int(math.floor(p * len(x)))))])
+
+
+NULL_BOOT = 2000         # paired bootstrap resamples of the held-out pairs (versus_nulls)
+
+
+def versus_nulls(obs, pred, const, n_boot=NULL_BOOT):
+    """A law's held-out error beside two nulls that know nothing of the configuration: a constant Delta (the fitted
+    pairs' mean; per pair where each fold has its own) and Delta = 0 (X-MoD is its dense partner). For each: the
+    null's RMSE, and the mean over held-out pairs of (law's squared error - null's) with a 95% paired bootstrap
+    interval (the pairs resampled, a fixed seed: the same result every time). The law beats a null when the whole
+    interval is below 0. -> (vs_null, beats_null: it beats both)."""
+    obs, pred = np.asarray(obs, float), np.asarray(pred, float)
+    law = (pred - obs) ** 2
+    # one set of resamples for both nulls; law and null are scored on the same resampled pairs
+    # (paired), so the interval is of their difference and what is hard for both cancels
+    idx = np.random.default_rng(0).integers(0, len(obs), (n_boot, len(obs)))    # (n_boot, n_pairs)
+    vs = {}
+    for name, null in (('constant', np.broadcast_to(const, obs.shape)), ('zero', np.zeros_like(obs))):
+        diff = law - (null - obs) ** 2
+        lo, hi = percentile_ci(diff[idx].mean(1))
+        vs[name] = dict(null_rmse_delta=float(np.sqrt(np.mean((null - obs) ** 2))), mean_sq_diff=float(diff.mean()),
+                        ci=[float(lo), float(hi)], beaten=bool(hi < 0))
+    return vs, all(v['beaten'] for v in vs.values())

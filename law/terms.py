@@ -1,7 +1,8 @@
 """
-law/terms.py: the relative law's terms, what each multiplies, and the reference point at which they are read.
-fit_law.py fits them, law/report.py draws and words them, law/joint.py reads its own terms at the same reference
-point: all three import them from here, since neither of the last two may import fit_law.py (it imports them).
+law/terms.py: the relative law's terms, what each multiplies, the reference point at which they are read, and the one
+rule that chooses a law's terms (backward_select: fit_law.py's relative law, law/joint.py and law/regimes.py use it).
+fit_law.py fits the terms, law/report.py draws and words them, law/joint.py reads its own terms at the same reference
+point: all import them from here, since none of the others may import fit_law.py (it imports them).
 """
 
 # the reference point: g reads as the gain per unit log rho at T=T0, s=S0, D=D0, N=N0
@@ -32,3 +33,29 @@ def form_of(terms):
 
 
 FORM = form_of(BASE_TERMS)
+
+
+SELECT_MARGIN = 0.05   # a term stays only if leaving it out makes the held-out RMSE of Delta > 5% worse (docs/design.md)
+
+
+def backward_select(terms, score, keep=(), margin=SELECT_MARGIN):
+    """Backward elimination by held-out error, the rule of every law here. score(form, parent) -> the
+    leave-one-configuration-out RMSE of Delta of the form (a list of terms), or None where it cannot be scored;
+    parent is the form it is one term short of (None for the first). While some term outside `keep` can go at a cost
+    of at most `margin`, drop the one whose removal leaves the lowest score (ties: the first in order).
+    -> (the kept terms, history: the first form and each drop, each with its score)."""
+    terms = list(terms)
+    current = score(terms, None)
+    history = [dict(terms=list(terms), cv_rmse_delta=current)]
+    while current is not None:
+        trials = [(s, t) for t in terms if t not in keep
+                  for s in [score([u for u in terms if u != t], terms)] if s is not None]
+        if not trials:
+            break
+        without, t = min(trials, key=lambda x: x[0])
+        if without > current * (1 + margin):     # every term beats its own removal
+            break
+        terms.remove(t)
+        current = without
+        history.append(dict(dropped=t, terms=list(terms), cv_rmse_delta=current))
+    return terms, history

@@ -128,19 +128,19 @@ def make_sweep(root, contexts=(128, 256, 512), strides=(2, 4, 8), capacities=(0.
     return str(root)
 
 
-def cli(*args):
-    """Run fit_law.py as a subprocess: (exit code, stdout, stderr). The joint law is left out (test_law_joint.py
-    runs it: its form selection refits it tens of times)."""
-    p = subprocess.run([sys.executable, os.path.join(ROOT, 'fit_law.py'), *args, '--skip_joint'],
-                       capture_output=True, text=True, timeout=120)
+def cli(*args, module=None):
+    """Run fit_law.py, or with module one of law/'s commands (python -m law.regimes), as a subprocess: (exit code,
+    stdout, stderr). The joint law is left out, as fit_law.py leaves it without --joint."""
+    command = [sys.executable, '-m', module] if module else [sys.executable, os.path.join(ROOT, 'fit_law.py')]
+    p = subprocess.run([*command, *args], capture_output=True, text=True, timeout=120, cwd=ROOT)
     return p.returncode, p.stdout, p.stderr
 
 
 def run_main(capsys, *args, joint=False):
-    """fit_law.main in-process; returns (exit code, stderr); --help exits. joint=False: without the
-    joint law (--skip_joint), as cli()."""
+    """fit_law.main in-process; returns (exit code, stderr); --help exits. joint=True: with the joint law
+    (--joint)."""
     try:
-        code = fit_law.main(list(args) + ([] if joint else ['--skip_joint']))
+        code = fit_law.main(list(args) + (['--joint'] if joint else []))
     except SystemExit as e:
         code = e.code
     return code, capsys.readouterr().err

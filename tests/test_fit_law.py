@@ -15,6 +15,7 @@ import pytest
 import fit_law
 from conftest import assert_bad_input
 from law.load import load_runs
+from law.stats import bootstrap_intervals
 from law_runs import (
     N_EMBD,
     ROOT,
@@ -29,6 +30,7 @@ from law_runs import (
     true_delta,
     xmod_shape,
 )
+from tools import fit_plots
 
 # -----------------------------------------------------------------------------
 # the dense law
@@ -75,7 +77,7 @@ def full_fit(tmp_path_factory):
     make_sweep(root)
     # the joint law has its own end-to-end tests (test_law_joint.py): skipped here, it is most of this fit's time
     result = fit_law.run(fit_law.parse_args([os.path.join(str(root), '*'), '--out', out, '--holdout', 'stride==8',
-                                             '--bootstrap', '20', '--skip_joint']))
+                                             '--bootstrap', '20']))
     return result, out
 
 
@@ -121,10 +123,13 @@ def test_outputs_written(full_fit):
     md = open(os.path.join(out, 'summary.md')).read()
     assert 'capacity_gain' in md and '| run |' in md and 'xmod_s8_c0.125_T512_s1' in md
     opening = md.split('\n\n')[1]            # after the title, before any table: the conclusion in words
-    assert opening.startswith(('At the reference configuration', 'Over all')) and 'fitted pairs Delta' in opening
+    assert opening.startswith('Read this first: all 62 runs share one peak learning rate')   # make_run's one rate
+    assert 'Over all 24 fitted pairs Delta' in opening
     assert '|' not in opening and '| its sign |' in md
-    for name in ('loss_vs_flops', 'loss_vs_params', 'pred_vs_obs', 'delta_vs_logrho', 'ablations',
-                 'training_curves', 'delta_vs_tokens'):
+    for name in ('loss_vs_params', 'pred_vs_obs', 'delta_vs_logrho'):     # three plots; tools/fit_plots.py the rest
+        assert os.path.getsize(os.path.join(out, f'{name}.png')) > 1000
+    assert fit_plots.main([out]) == 0
+    for name in ('loss_vs_flops', 'ablations', 'training_curves', 'delta_vs_tokens', 'routing_diagnostics'):
         assert os.path.getsize(os.path.join(out, f'{name}.png')) > 1000
 
 
@@ -142,8 +147,9 @@ def test_single_context_length_is_reported_not_fatal(tmp_path, capsys):
 def test_tiny_sweep_degrades_gracefully(tmp_path, capsys):
     code, err = run_main(capsys, tiny_sweep(tmp_path / 'runs'), '--out', str(tmp_path / 'out'), '--bootstrap', '3')
     assert code == 0
+    assert fit_plots.main([str(tmp_path / 'out')]) == 0
     for name in ('loss_vs_flops', 'loss_vs_params', 'pred_vs_obs', 'delta_vs_logrho', 'ablations',
-                 'training_curves', 'delta_vs_tokens'):
+                 'training_curves', 'delta_vs_tokens', 'routing_diagnostics'):
         assert os.path.exists(tmp_path / 'out' / f'{name}.png')
     assert os.path.exists(tmp_path / 'out' / 'summary.md')
 
@@ -201,7 +207,7 @@ def test_selection_keeps_the_terms_that_are_there(tmp_path, capsys, kappa, omega
     # every budget but the largest is fitted, and the largest one predicted
     goals = fj['metrics']['goals']
     assert fj['relative']['n_heldout_pairs'] == 18 and goals['rmse']['status'] == 'met'
-    assert os.path.getsize(out / 'delta_vs_tokens.png') > 1000 and len(fj['delta_vs_tokens']) == 27
+    assert len(fj['delta_vs_tokens']) == 27
 
 
 def pair(cfg, rho=3.0, T=128, stride=4, tokens=2e6, N_act=787_584, delta=0.0):
@@ -302,7 +308,7 @@ def test_partial_fit_prints_no_interval(tmp_path):
 
 def test_zero_width_bootstrap_interval_is_dropped():
     fit_law.WARNINGS.clear()
-    ci = fit_law.intervals([[1.0, 2.0], [1.0, 2.5], [1.0, 3.0]], ('a', 'b'), 'test')
+    ci = bootstrap_intervals([[1.0, 2.0], [1.0, 2.5], [1.0, 3.0]], ('a', 'b'), 'test', fit_law.warn)
     assert ci['a'] is None and ci['b'][0] < ci['b'][1]
     assert fit_law.WARNINGS == ['test: every bootstrap resample gives the same a: no interval']
 
@@ -394,15 +400,10 @@ def test_command_line_takes_both_forms_and_repeats_holdout(capsys):
     cfg = fit_law.parse_args(['a', '--out', 'D', '--holdout', 'stride==8', 'b', '--holdout=n_embd==192', '--tuned',
                               '--bootstrap', '5', '--metric=val_loss'])
     assert cfg.runs == ['a', 'b'] and cfg.out == 'D' and cfg.holdout == ['stride==8', 'n_embd==192']
-    assert (cfg.tuned, cfg.bootstrap, cfg.metric, cfg.regimes, cfg.advise) == (True, 5, 'val_loss', False, '')
-    cfg = fit_law.parse_args(['--advise', 'FIT', '--flops', '1e15', '--json', '--n_embd', '256'])
-    assert (cfg.advise, cfg.flops, cfg.json, cfg.n_embd, cfg.runs) == ('FIT', 1e15, True, 256, [])
+    assert (cfg.tuned, cfg.bootstrap, cfg.metric, cfg.joint) == (True, 5, 'val_loss', False)
     for args, needle in ((['a', '--out', 'D', '--metric', 'val_los'], "--metric='val_los': expected val_loss_causal"),
                          (['a', '--out', 'D', '--bootstrap=-1'], '--bootstrap must be >= 0'),
                          (['a'], 'give the runs and --out DIR'),
-                         (['--advise', 'FIT'], '--advise needs --flops=C'),
-                         (['a', '--advise', 'FIT', '--flops=1'], 'give no runs and no --out'),
-                         (['--regimes', 'a', '--out', 'D', '--holdout', 'stride==8'], 'give no --holdout'),
                          (['a', '--out'], '--out: overrides are --key=value'),
                          (['a', '--outt', 'D'], 'did you mean --out?')):
         code, err = run_main(capsys, *args, joint=True)
@@ -413,4 +414,121 @@ def test_command_line_takes_both_forms_and_repeats_holdout(capsys):
     lines = {line.split()[0].split('=')[0]: line for line in shown.splitlines() if line.startswith('  --')}
     assert e.value.code == 0 and set(lines) == {f'--{k}' for k in fit_law.DEFAULTS} and 'docs/fit_law.md' in shown
     assert all(len(line.split(None, 1)) == 2 for line in lines.values()), 'a key without its comment'
-    assert 'give it again' in lines['--holdout'] and 'JSON' in lines['--json']
+    assert 'give it again' in lines['--holdout'] and 'law/joint.py' in lines['--joint']
+
+
+def test_the_old_modes_name_their_new_commands(tmp_path, capsys):
+    """fit_law.py --lr, --panel, --regimes, --isoflop, --advise and --skip_joint, the spellings of the modes that
+    moved to law/: one line naming the command that does it now, exit 2, nothing written."""
+    for flag, needle in (('--lr', 'python -m law.rates RUNS... --out DIR'), ('--panel', 'law.rates RUNS... --panel'),
+                         ('--regimes', 'python -m law.regimes'), ('--isoflop=True', 'python -m law.isoflop'),
+                         ('--advise', 'python -m law.advise FIT --flops=C'), ('--skip_joint', '--joint')):
+        code, err = run_main(capsys, 'runs', flag, '--out', str(tmp_path / 'o'))
+        assert_bad_input(code, err, needle)
+        assert f'{flag.split("=")[0]} is no longer a mode of fit_law.py' in err
+    assert not os.path.exists(tmp_path / 'o')
+
+
+# -----------------------------------------------------------------------------
+# a plain CSV of runs (docs/fit_law.md)
+
+def write_csv(path, rows, columns=('run', 'model', 'N', 'N_active', 'D', 'T', 'stride', 'partner', 'loss')):
+    with open(path, 'w') as f:
+        f.write(','.join(columns) + '\n')
+        f.writelines(','.join(str(r.get(c, '')) for c in columns) + '\n' for r in rows)
+    return str(path)
+
+
+def known_law_rows():
+    """Dense runs on a 4 x 3 grid of (N, D) from TRUE_DENSE, and six X-MoD runs paired with the dense run at (3e6,
+    3e8) whose Delta follows TRUE_REL exactly, at three strides and three contexts."""
+    rows = [dict(run=f'dense_{N:g}_{D:g}', N=N, D=D, loss=dense_loss(N, D))
+            for N in (1e6, 3e6, 1e7, 3e7) for D in (1e8, 3e8, 1e9)]
+    for i, (T, s, rho) in enumerate(((128, 4, 2.9), (128, 2, 1.5), (128, 8, 3.5), (256, 4, 2.8), (128, 4, 1.45),
+                                     (64, 4, 2.2))):
+        rows.append(dict(run=f'xmod_{i}', model='xmod', N=3e6 * rho, N_active=3e6, D=3e8, T=T, stride=s,
+                         partner='dense_3e+06_3e+08', loss=dense_loss(3e6, 3e8) + true_delta(rho, T, s)))
+    return rows
+
+
+def test_a_plain_csv_of_runs_fits_a_known_law(tmp_path, capsys):
+    """One row per run, N, D and the loss, and for X-MoD the columns that pair it with its dense partner: the fit
+    recovers the Chinchilla parameters the rows were made from, and the relative law's three terms, exactly."""
+    path = write_csv(tmp_path / 'runs.csv', known_law_rows())
+    code, err = run_main(capsys, path, '--out', str(tmp_path / 'out'), '--bootstrap', '0')
+    assert code == 0, err
+    fj = json.load(open(tmp_path / 'out' / 'fit.json'))
+    for k, v in TRUE_DENSE.items():
+        assert fj['dense'][k] == pytest.approx(v, rel=1e-3), k
+    coef = fj['relative']['coefficients']
+    for k, v in TRUE_REL.items():
+        assert coef[k]['value'] == pytest.approx(v, abs=1e-9), k
+    assert fj['inputs']['variants'] == {'dense': 12, 'xmod': 6} and fj['relative']['n_pairs'] == 6
+    assert {r['run']: r['partner'] for r in fj['runs']}['xmod_3'] == 'dense_3e+06_3e+08'
+    assert 'Read this first' not in open(tmp_path / 'out' / 'summary.md').read()   # no rate: no such claim
+    assert fit_plots.main([str(tmp_path / 'out')]) == 0       # a CSV has no logs: the panels say so, none fails
+
+
+def test_a_csv_of_dense_runs_alone_needs_three_columns(tmp_path, capsys):
+    """N, D, loss and nothing else: the dense law, the relative law said to be not fitted."""
+    rows = [r for r in known_law_rows() if 'model' not in r]
+    code, err = run_main(capsys, write_csv(tmp_path / 'd.csv', rows, ('N', 'D', 'loss')), '--out',
+                         str(tmp_path / 'out'), '--bootstrap', '0')
+    assert code == 0, err
+    fj = json.load(open(tmp_path / 'out' / 'fit.json'))
+    assert fj['dense']['alpha'] == pytest.approx(TRUE_DENSE['alpha'], rel=1e-3) and not fj['relative']['fitted']
+
+
+@pytest.mark.parametrize('row, needle', [
+    (dict(N=1e6, loss=3.0), 'line 14: needs N, D, loss'),
+    (dict(run='x', model='xmod', N=2e6, D=1e8, loss=3.0), 'needs N, D, loss, run, N_active, T, stride, partner'),
+    (dict(run='x', model='mod', N=2e6, D=1e8, loss=3.0), "model 'mod': expected dense or xmod"),
+    (dict(run='x', model='xmod', N=2e6, N_active=3e6, D=1e8, T=128, stride=4, partner='dense_1e+06_1e+08', loss=3),
+     'N_active (3e+06) > N (2e+06)'),
+    (dict(run='x', model='xmod', N=2e6, N_active=1e6, D=1e8, T=128, stride=4, partner='nobody', loss=3.0),
+     "its partner 'nobody' is not a dense run here"),
+    (dict(N=1e6, D=1e8, loss='nan'), 'must be positive numbers'),
+    (dict(N=1e6, D=1e8, loss='three'), 'not a number')])
+def test_a_bad_csv_row_is_one_line(tmp_path, capsys, row, needle):
+    rows = [r for r in known_law_rows() if 'model' not in r] + [row]
+    code, err = run_main(capsys, write_csv(tmp_path / 'bad.csv', rows), '--out', str(tmp_path / 'out'))
+    assert_bad_input(code, err, needle)
+    assert not os.path.exists(tmp_path / 'out')
+
+
+# -----------------------------------------------------------------------------
+# what a fit of runs at one shared, untuned rate rests on (the classroom sweep's)
+
+def test_runs_at_one_shared_rate_say_what_their_delta_rests_on(tmp_path, capsys):
+    """Every run at one peak rate, untuned per arm: summary.md opens with it and the printed lines end with it
+    (at tuned rates the study's X-MoD does not beat dense); runs at their arms' tuned rates do not get it."""
+    root = tiny_sweep(tmp_path / 'runs')
+    assert fit_law.main([root, '--out', str(tmp_path / 'out'), '--bootstrap', '0']) == 0
+    printed = capsys.readouterr().out
+    summary = open(tmp_path / 'out' / 'summary.md').read()
+    opening = summary.split('\n\n')[1]
+    for text in (opening, printed.strip().splitlines()[-1]):
+        assert text.startswith('Read this first: all 2 runs share one peak learning rate (0.001), not tuned')
+        assert "at each arm's own tuned rate the study's X-MoD does not beat its FLOP-matched dense model" in text
+    make_run(tmp_path / 'runs', 'dense_lr2e-3', learning_rate=2e-3, loss=9.0)       # a second rate, worse: tuned
+    code, err = run_main(capsys, root, '--out', str(tmp_path / 'tuned'), '--bootstrap', '0', '--tuned')
+    assert code == 0, err
+    assert 'Read this first' not in open(tmp_path / 'tuned' / 'summary.md').read()
+
+
+def test_the_classroom_sweep_ends_with_what_its_result_rests_on(monkeypatch, capsys):
+    """sweeps/classroom.py's last line, once its runs are done, says that they share one untuned rate and that at
+    tuned rates the study's X-MoD does not beat dense; a dry run prints only the plan."""
+    import runpy
+    import sys
+    import types
+    calls = []
+    monkeypatch.setitem(sys.modules, 'sweep', types.SimpleNamespace(main=lambda argv: calls.append(argv) or 0))
+    for argv, said in ((['--jobs=2'], True), (['--dry_run'], False)):
+        monkeypatch.setattr(sys, 'argv', ['sweeps/classroom.py', *argv])
+        with pytest.raises(SystemExit) as e:
+            runpy.run_path(os.path.join(ROOT, 'sweeps', 'classroom.py'), run_name='__main__')
+        last = (capsys.readouterr().out.strip().splitlines() or [''])[-1]
+        assert e.value.code == 0 and calls[-1][1:] == argv
+        assert last.startswith('classroom: every run shares one peak learning rate, 0.002, untuned per arm') == said
+        assert ("at each arm's tuned rate X-MoD does not beat dense" in last) == said

@@ -1,5 +1,5 @@
 """
-Tests for law/isoflop.py (fit_law.py --isoflop): each arm's optimum from a parabola in log N through its seed means
+Tests for law/isoflop.py (python -m law.isoflop): each arm's optimum from a parabola in log N through its seed means
 at one budget, found where the synthetic runs put it; seeds resampled together for the intervals; an optimum at an
 edge of the sizes said to be open; runs at another budget left out.
 """
@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-import fit_law
+from law import isoflop
 from law_runs import make_run
 
 BUDGET = 1.0e13
@@ -39,7 +39,7 @@ def test_isoflop_finds_each_arms_optimum_and_delta_at_the_optima(tmp_path, capsy
     n_d, n_x = 12 * 4 * 128 ** 2, 3 * 12 * 4 * 160 ** 2
     root = iso_sweep(tmp_path / 'runs', n_d, n_x)
     make_run(tmp_path / 'runs', 'dense_other_budget', tokens=2 ** 20, loss=2.0)       # another budget: left out
-    assert fit_law.main(['--isoflop', root, '--out', str(tmp_path / 'out'), '--bootstrap', '50']) == 0
+    assert isoflop.main([root, '--out', str(tmp_path / 'out'), '--bootstrap', '50']) == 0
     res = json.load(open(tmp_path / 'out' / 'isoflop.json'))
     d, x = res['arms']['dense'], res['arms']['xmod']
     assert d['N_opt'] == pytest.approx(n_d, rel=0.1) and x['N_opt'] == pytest.approx(n_x, rel=0.1)
@@ -57,7 +57,7 @@ def test_isoflop_reports_delta_measured_paired_by_seed(tmp_path, capsys):
     """Beside the parabolas, Delta as measured: X-MoD - dense at each width and between each arm's best measured
     size, paired by seed (the seed noise both arms share cancels), with its t interval on n - 1 df."""
     root = iso_sweep(tmp_path / 'runs', 12 * 4 * 96 ** 2, 3 * 12 * 4 * 64 ** 2, noise=0.02)
-    assert fit_law.main(['--isoflop', root, '--out', str(tmp_path / 'out'), '--bootstrap', '0']) == 0
+    assert isoflop.main([root, '--out', str(tmp_path / 'out'), '--bootstrap', '0']) == 0
     res = json.load(open(tmp_path / 'out' / 'isoflop.json'))
     b = res['delta_best_measured']
     assert (b['dense'], b['xmod']) == (96, 64)
@@ -77,7 +77,7 @@ def test_isoflop_reports_delta_measured_paired_by_seed(tmp_path, capsys):
 def test_an_optimum_beyond_the_sizes_is_open(tmp_path, capsys):
     """X-MoD's optimum far above the largest size: clipped to the edge, said to be open, Delta called a bound."""
     root = iso_sweep(tmp_path / 'runs', 12 * 4 * 128 ** 2, 3 * 12 * 4 * 2000 ** 2)
-    assert fit_law.main(['--isoflop', root, '--out', str(tmp_path / 'out'), '--bootstrap', '20']) == 0
+    assert isoflop.main([root, '--out', str(tmp_path / 'out'), '--bootstrap', '20']) == 0
     res = json.load(open(tmp_path / 'out' / 'isoflop.json'))
     assert res['arms']['xmod']['where'] == 'above' and res['arms']['dense']['where'] == 'inside'
     assert res['arms']['xmod']['N_opt'] == pytest.approx(3 * 12 * 4 * 256 ** 2)
@@ -89,5 +89,5 @@ def test_isoflop_needs_both_arms(tmp_path, capsys):
     root = tmp_path / 'runs'
     for w in (64, 128, 192):
         make_run(root, f'dense_d{w}', n_embd=w, params_total=12 * 4 * w ** 2, loss=2.0)
-    code = fit_law.main(['--isoflop', str(root), '--out', str(tmp_path / 'out')])
+    code = isoflop.main([str(root), '--out', str(tmp_path / 'out')])
     assert code == 2 and 'needs both arms' in capsys.readouterr().err

@@ -1,17 +1,18 @@
 """
 Tests for law/joint.py: the joint law of dense and X-MoD losses (fit.json's `joint`), whose rho = 1 limit is the
-dense law, its held-out tests against a constant and a zero Delta, and the adviser (fit_law.py --advise).
+dense law, its held-out tests against a constant and a zero Delta, and the adviser (python -m law.advise).
 """
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
 
-import fit_law
-from law import joint
-from law_runs import make_run, run_main
+from law import advise
+from law.stats import versus_nulls
+from law_runs import ROOT, make_run, run_main
 
 # -----------------------------------------------------------------------------
 # the joint law: dense and X-MoD losses in one law whose rho = 1 limit is the dense law
@@ -70,16 +71,16 @@ def test_a_law_is_judged_against_a_constant_and_a_zero_delta():
     better than the constant; a constant-Delta null beats a zero null only when Delta is away from 0."""
     rng = np.random.default_rng(0)
     obs = 0.01 + 0.02 * rng.standard_normal(30)
-    vs, beats = joint.versus_nulls(obs, obs + 0.001 * rng.standard_normal(30), 0.01)
+    vs, beats = versus_nulls(obs, obs + 0.001 * rng.standard_normal(30), 0.01)
     assert beats and vs['constant']['null_rmse_delta'] == pytest.approx(np.sqrt(np.mean((obs - 0.01) ** 2)))
-    vs, beats = joint.versus_nulls(obs, np.full(30, obs.mean()), obs.mean())
+    vs, beats = versus_nulls(obs, np.full(30, obs.mean()), obs.mean())
     assert not beats and not vs['constant']['beaten'] and vs['constant']['mean_sq_diff'] == pytest.approx(0)
     assert vs['constant']['ci'][0] <= 0 <= vs['constant']['ci'][1]
-    assert vs == joint.versus_nulls(obs, np.full(30, obs.mean()), obs.mean())[0]     # a fixed bootstrap seed
+    assert vs == versus_nulls(obs, np.full(30, obs.mean()), obs.mean())[0]     # a fixed bootstrap seed
 
 
 # -----------------------------------------------------------------------------
-# the adviser: fit_law.py --advise
+# the adviser: python -m law.advise
 
 def synthetic_fit(size_rho, beats_nulls=True):
     """A fit.json whose joint law is known: the dense law plus size_rho * log(rho) on the size term (negative: more
@@ -121,7 +122,7 @@ def test_the_adviser_picks_the_configuration_the_law_favours(tmp_path, capsys):
     (tmp_path / 'null').mkdir()
     json.dump(synthetic_fit(-0.2, beats_nulls=False), open(tmp_path / 'null' / 'fit.json', 'w'))
     flops = 3 * 1.86e6 * 2e6                                 # the 4-layer dense model at width 128 for 2M tokens
-    assert fit_law.main(['--advise', str(tmp_path / 'good'), f'--flops={flops}', '--json']) == 0
+    assert advise.main([str(tmp_path / 'good'), f'--flops={flops}', '--json']) == 0
     out = json.loads(capsys.readouterr().out)
     cands = out['candidates']
     assert {c['stride'] for c in cands} == {2, 4, 8} and out['dense']['layout'] == 'DDDD'
@@ -129,19 +130,37 @@ def test_the_adviser_picks_the_configuration_the_law_favours(tmp_path, capsys):
     assert out['best']['stride'] == top['stride'] and out['best']['delta'] == min(c['delta'] for c in cands) < 0
     assert all(c['delta_ci'][0] <= c['delta'] <= c['delta_ci'][1] < 0 for c in cands)
     assert 1.9e6 < out['dense']['tokens'] < 2.1e6
-    assert fit_law.main(['--advise', str(tmp_path / 'bad'), f'--flops={flops}']) == 0
+    assert advise.main([str(tmp_path / 'bad'), f'--flops={flops}']) == 0
     text = capsys.readouterr().out
     assert text.strip().endswith('best: dense: no routing configuration is predicted to beat it')
     assert '| xmod s4 | 0.1250 | DrrrDrrrDrrr |' in text
     # a law that did not beat its nulls held out: said first, and its intervals labelled conditional on it
-    assert fit_law.main(['--advise', str(tmp_path / 'null'), f'--flops={flops}']) == 0
+    assert advise.main([str(tmp_path / 'null'), f'--flops={flops}']) == 0
     text = capsys.readouterr().out
     assert text.startswith(f'{tmp_path / "null" / "fit.json"}: the joint law did not beat its nulls')
     assert '(configuration: no)' in text
     assert 'Delta against dense [95%, if the law holds]' in text and 'best: if the law holds' in text
-    code = fit_law.main(['--advise', str(tmp_path / 'good'), f'--flops={flops * 100}'])
+    code = advise.main([str(tmp_path / 'good'), f'--flops={flops * 100}'])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and 'tokens' in err and 'outside' in err
-    code = fit_law.main(['--advise', str(tmp_path / 'good'), f'--flops={flops}', '--n_embd=512'])
+    code = advise.main([str(tmp_path / 'good'), f'--flops={flops}', '--n_embd=512'])
     err = capsys.readouterr().err
     assert code == 2 and 'params_active' in err and '--n_embd=512' in err
+
+
+def test_the_adviser_says_what_it_needs_and_which_fit_to_ask(tmp_path, capsys):
+    """Bare python -m law.advise names the fit and the budget it needs; a fit without a joint law (fit_law.py without
+    --joint, as results/cpu_small) says how to get one and names the committed fit that has one, results/cpu_tuned,
+    which it then answers from."""
+    for args in ([], [str(tmp_path)], ['--flops=1e13']):
+        code = advise.main(args)
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.strip().splitlines()) == 1
+        assert 'give the fit to advise from and the training FLOPs: python -m law.advise FIT --flops=C' in err
+    json.dump(dict(metric='val_loss_causal', runs=[]), open(tmp_path / 'fit.json', 'w'))
+    code = advise.main([str(tmp_path), '--flops=1e13'])
+    err = capsys.readouterr().err
+    assert code == 2 and "the fit's joint law was not fitted" in err and 'fit_law.py --joint' in err
+    assert 'results/cpu_tuned' in err
+    assert advise.main([os.path.join(ROOT, 'results', 'cpu_tuned'), '--flops=2e13']) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith('best: ')

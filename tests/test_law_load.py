@@ -10,9 +10,8 @@ import shutil
 
 import pytest
 
-import fit_law
 from configurator import UserError
-from law import report
+from law import rates, report
 from law.load import config_key, load_runs, mark_heldout, pair_runs
 from law_runs import cli, make_run, make_sweep, run_main, tiny_sweep
 
@@ -167,7 +166,7 @@ def test_runs_on_two_corpora_are_refused(tmp_path, capsys):
     make_run(root, 'dense_code', seed=7, dataset='pycode')
     code, err = run_main(capsys, root, '--out', str(tmp_path / 'out'))
     assert code == 2 and 'runs on 2 corpora' in err and 'pycode: 1' in err and len(err.strip().splitlines()) == 1
-    assert fit_law.main(['--lr', root, '--out', str(tmp_path / 'lr')]) == 2
+    assert rates.main([root, '--out', str(tmp_path / 'lr')]) == 2
     assert 'pycode: 1' in capsys.readouterr().err and not (tmp_path / 'out').exists()
 
 

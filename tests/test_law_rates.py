@@ -32,7 +32,7 @@ def test_lr_mode_tables_the_best_rates_and_both_deltas(tmp_path, capsys):
     for s, (ld, ls) in enumerate([(3.01, 2.96), (2.99, 2.99)], start=1):
         make_run(tmp_path, f'dense_lr0.002_s{s}', loss=ld, learning_rate=2e-3, seed=s)
         make_run(tmp_path, f'xmod_lr0.004_s{s}', loss=ls, learning_rate=4e-3, seed=s, **XMOD)
-    assert fit_law.main(['--lr', str(tmp_path), '--out', str(tmp_path / 'out')]) == 0
+    assert rates.main([str(tmp_path), '--out', str(tmp_path / 'out')]) == 0
     result = json.load(open(tmp_path / 'out' / 'lr.json'))
     arms = {a['variant']: a for a in result['arms']}
     assert arms['dense']['best_lr'] == 2e-3 and not arms['dense']['best_at_edge']
@@ -49,21 +49,21 @@ def test_lr_mode_tables_the_best_rates_and_both_deltas(tmp_path, capsys):
 
 
 def test_lr_mode_command_line(tmp_path, capsys):
-    """--lr: --out DIR or --out=DIR, the runs as bare arguments; bad input is one line, exit 2; --help lists the
-    keys; --panel belongs to --lr, and the modes go one at a time."""
-    for args, needle in ((['--lr', str(tmp_path)], 'give the runs and --out DIR (python fit_law.py --lr RUNS'),
-                         (['--lr', str(tmp_path), '--out', str(tmp_path / 'o'), '--metric', 'loss'],
+    """python -m law.rates: --out DIR or --out=DIR, the runs as bare arguments; bad input is one line, exit 2; --help
+    lists the keys; fit_law.py's old spelling names the command."""
+    for args, needle in (([str(tmp_path)], 'give the runs and --out DIR (python -m law.rates RUNS'),
+                         ([str(tmp_path), '--out', str(tmp_path / 'o'), '--metric', 'loss'],
                           "--metric='loss': expected val_loss_causal | val_loss"),
-                         (['--lr', str(tmp_path), '--out'], '--out: overrides are --key=value'),
-                         ([str(tmp_path), '--panel', '--out', str(tmp_path / 'o')], '--panel is a part of --lr'),
-                         (['--lr', '--isoflop', str(tmp_path), '--out', str(tmp_path / 'o')], 'one mode at a time'),
-                         (['--lr', '--tuned', str(tmp_path), '--out', str(tmp_path / 'o')], '--lr fits no law')):
-        code = fit_law.main(args)
+                         ([str(tmp_path), '--out'], '--out: overrides are --key=value'),
+                         ([str(tmp_path), '--tuned', '--out', str(tmp_path / 'o')], 'unknown key')):
+        code = rates.main(args)
         assert_bad_input(code, capsys.readouterr().err, needle)
+    assert_bad_input(fit_law.main(['--lr', str(tmp_path), '--out', str(tmp_path / 'o')]), capsys.readouterr().err,
+                     'python -m law.rates RUNS... --out DIR')
     with pytest.raises(SystemExit) as e:
-        fit_law.main(['--help'])
+        rates.main(['--help'])
     shown = capsys.readouterr().out
-    assert e.value.code == 0 and '--lr' in shown and 'lr.json' in shown and '--panel' in shown
+    assert e.value.code == 0 and 'python -m law.rates' in shown and 'lr.json' in shown and '--panel' in shown
 
 def test_close_rates_are_decided_by_their_seed_mean_and_arms_are_compared_with_xmod(tmp_path):
     """Two rates within 0.005 in seed 0: the seed-0 winner until both have seeds, then the lower seed mean. Every
@@ -98,7 +98,7 @@ def test_lr_mode_keeps_each_schedule_its_own_arm(tmp_path):
     for schedule, (ld, ls) in losses.items():
         make_run(tmp_path, f'dense_{schedule}', loss=ld, learning_rate=4e-3, lr_schedule=schedule)
         make_run(tmp_path, f'xmod_{schedule}', loss=ls, learning_rate=4e-3, lr_schedule=schedule, **XMOD)
-    assert fit_law.main(['--lr', str(tmp_path), '--out', str(tmp_path / 'out')]) == 0
+    assert rates.main([str(tmp_path), '--out', str(tmp_path / 'out')]) == 0
     result = json.load(open(tmp_path / 'out' / 'lr.json'))
     assert sorted((a['variant'], a['schedule']) for a in result['arms']) == [
         ('dense', 'cosine'), ('dense', 'wsd'), ('xmod', 'cosine'), ('xmod', 'wsd')]
@@ -108,7 +108,7 @@ def test_lr_mode_keeps_each_schedule_its_own_arm(tmp_path):
     # another stride at the same width, budget and rate is another arm, against the same dense run
     make_run(tmp_path, 'xmod_s2_cosine', loss=2.99, learning_rate=4e-3, lr_schedule='cosine',
              **dict(XMOD, stride=2, n_layer=5, capacity=0.5))
-    assert fit_law.main(['--lr', str(tmp_path), '--out', str(tmp_path / 'out')]) == 0
+    assert rates.main([str(tmp_path), '--out', str(tmp_path / 'out')]) == 0
     result = json.load(open(tmp_path / 'out' / 'lr.json'))
     deltas = {(d['stride'], d['schedule']): d['tuned']['mean'] for d in result['deltas']}
     assert deltas == pytest.approx({(4, 'cosine'): 0.02, (4, 'wsd'): 0.05, (2, 'cosine'): -0.01})

@@ -1,4 +1,4 @@
-"""fit_law.py --regimes (law/regimes.py): one law of Delta across corpora, contexts and tokens per active parameter,
+"""python -m law.regimes (law/regimes.py): one law of Delta across corpora, contexts and tokens per active parameter,
 on synthetic runs whose Delta follows a known law, and on runs whose Delta is noise around a constant."""
 import json
 import math
@@ -90,7 +90,7 @@ def test_each_corpus_keeps_its_own_tuned_rate_and_pairs_on_its_own_corpus(tmp_pa
 def test_the_command_writes_its_json_markdown_and_picture(tmp_path):
     root = write_runs(tmp_path / 'runs', true_delta)
     out = tmp_path / 'fit'
-    rc, stdout, err = cli('--regimes', root, '--out', str(out), '--bootstrap', '50')
+    rc, stdout, err = cli(root, '--out', str(out), '--bootstrap', '50', module='law.regimes')
     assert rc == 0, err
     for name in ('regimes.json', 'regimes.md', 'regimes.png'):
         assert (out / name).exists(), name
@@ -101,9 +101,9 @@ def test_the_command_writes_its_json_markdown_and_picture(tmp_path):
 
 def test_bad_input_is_one_line(tmp_path):
     root = write_runs(tmp_path / 'runs', true_delta, budgets=(2 ** 20,), corpora=('shakespeare',), strides=(4,))
-    assert_bad_input(*cli('--regimes', root, '--out', str(tmp_path / 'o'))[::2], 'at least 3 configurations')
-    rc, _, err = cli('--regimes', root, '--out', str(tmp_path / 'o'), '--holdout', 'stride==4')
-    assert rc == 2 and '--regimes holds out its own tests' in err
+    assert_bad_input(*cli(root, '--out', str(tmp_path / 'o'), module='law.regimes')[::2], 'at least 3 configurations')
+    rc, _, err = cli(root, '--out', str(tmp_path / 'o'), '--holdout', 'stride==4', module='law.regimes')
+    assert rc == 2 and "unknown key 'holdout'" in err
     both = write_runs(tmp_path / 'both', true_delta, budgets=(2 ** 20,), strides=(4,))
-    assert_bad_input(*cli(both, '--out', str(tmp_path / 'o2'))[::2], 'fit_law.py --regimes')
+    assert_bad_input(*cli(both, '--out', str(tmp_path / 'o2'))[::2], 'python -m law.regimes')
     assert not os.path.exists(tmp_path / 'o') and not os.path.exists(tmp_path / 'o2')

@@ -12,6 +12,7 @@ import fit_law
 from law import report
 from law.load import load_runs
 from law_runs import make_run
+from tools import fit_plots
 
 # -----------------------------------------------------------------------------
 # the tables over seeds
@@ -88,14 +89,15 @@ def conclusion_inputs(deltas_ref, deltas_other, gain, null_cv, law_cv, seeds=Non
     dense = dict(params_total=787_584, loss={m: 1.60})
     seeds = seeds or list(range(len(deltas_ref + deltas_other)))
     runs = [dict(variant='xmod', heldout=False, stride=4 if i < len(deltas_ref) else 8, T=128, tokens=2_000_000,
-                 seed=seeds[i], partner=dense, loss={m: 1.60 + d}) for i, d in enumerate(deltas_ref + deltas_other)]
-    runs.append(dict(variant='dense', heldout=False, partner=None, loss={m: 1.60}))
+                 seed=seeds[i], partner=dense, loss={m: 1.60 + d}, config={})
+            for i, d in enumerate(deltas_ref + deltas_other)]
+    runs.append(dict(variant='dense', heldout=False, partner=None, loss={m: 1.60}, config={}))
     metrics = dict(seed_noise=dict(delta_std=0.01), cv=dict(delta_rmse=law_cv),
                    budget_forms={'constant Delta (null)': dict(cv_rmse=null_cv)})
     lo, hi = gain_ci or (None, None)
     rel = dict(coefficients={'capacity_gain': dict(value=gain, ci_low=lo, ci_high=hi)},
                active_terms=list(fit_law.BASE_TERMS), n_pairs=len(runs) - 1)
-    result = dict(metric=m, relative=dict(s0=4, T0=128, D0=2_000_000, N0=787_584),
+    result = dict(metric=m, relative=dict(s0=4, T0=128, D0=2_000_000, N0=787_584), inputs=dict(tuned=False),
                   by_metric={m: dict(metrics=metrics, relative=rel)})
     return result, runs
 
@@ -144,7 +146,7 @@ def test_a_delta_vs_tokens_panel_of_one_point_says_why():
     table = {'xmod a': dict(seeds=[0, 1], val_loss_causal=series(0, 5, 10), val_loss=series(0, 5, 10)),
              'xmod b': dict(seeds=[0, 1], val_loss_causal=series(0, 10), val_loss=series(0, 10))}
     fig, axes = plt.subplots(1, 2)
-    report.plot_delta_vs_tokens(list(axes), table)
+    fit_plots.plot_delta_vs_tokens(list(axes), table)
     titles = [ax.get_title() for ax in axes]
     plt.close(fig)
     assert 'one point' not in titles[0] and 'one point: the pairs share no other evaluation step' in titles[1]
