@@ -17,7 +17,7 @@ pair). The time depends on the throughput these small models sustain on a GPU, n
 
     python sweeps/gpu_small.py                          # one GPU; --gpus=0,1,2,3 --per_gpu=2 for more
     python sweeps/gpu_small.py --commands                # for a Slurm array (sweeps/slurm_array.sh)
-    python fit_law.py --lr results/gpu_small/runs --out results/gpu_small                  # the rates per arm
+    python -m law.rates results/gpu_small/runs --out results/gpu_small                  # the rates per arm
     python fit_law.py results/gpu_small/runs --tuned --out results/gpu_small --holdout "stride==8"
 """
 import os

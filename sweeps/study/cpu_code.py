@@ -5,7 +5,7 @@ tokens are 8% of pycode's 25M training bytes: no run repeats data.
 
     python data/pycode/prepare.py                    # once: the corpus (train.py refuses --dataset=pycode without it)
     python sweeps/study/cpu_code.py
-    python fit_law.py --lr results/cpu_code/runs --out results/cpu_code
+    python -m law.rates results/cpu_code/runs --out results/cpu_code
 
 1. Each arm on the rates 2e-3, 4e-3, 8e-3 (seed 0), extended by 2x past an edge that holds its best finished rate
    (recipe.tune; a diverged run counts as worse than any).

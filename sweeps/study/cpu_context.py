@@ -4,7 +4,7 @@ build the runs). At T=128 a routed layer at c 0.125 attends over 16 tokens; here
 
     python sweeps/study/cpu_context.py
     python sweeps/study/cpu_context.py                     # the FLOP-matched layouts below
-    python fit_law.py --lr results/cpu_context/runs --out results/cpu_context
+    python -m law.rates results/cpu_context/runs --out results/cpu_context
 
 FLOP matching at long context moves budget towards routed layers: attention's T^2 term grows with T, and a routed
 layer's attention over k = cT tokens costs c^2 of a dense layer's. At stride 4 that budget cannot become more routed

@@ -5,7 +5,7 @@ is left out.
 
     python sweeps/study/cpu_context_shakespeare.py
     python sweeps/study/cpu_context_shakespeare.py         # the FLOP-matched layouts below
-    python fit_law.py --lr results/cpu_context_shakespeare/runs --out results/cpu_context_shakespeare
+    python -m law.rates results/cpu_context_shakespeare/runs --out results/cpu_context_shakespeare
 
 With Shakespeare's characters and batch 4 x 512:
 

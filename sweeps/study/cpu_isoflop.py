@@ -5,7 +5,7 @@ sizes. MoD's claim is about these optima (the best MoD model is bigger than the 
 about one FLOP-matched pair.
 
     python sweeps/study/cpu_isoflop.py
-    python fit_law.py --isoflop results/cpu_isoflop/runs 'results/cpu_lr/runs/*_2M_lr0.004*' --out results/cpu_isoflop
+    python -m law.isoflop results/cpu_isoflop/runs 'results/cpu_lr/runs/*_2M_lr0.004*' --out results/cpu_isoflop
 
 Arms: dense (4 layers) and X-MoD stride 4 FLOP-matched to it (4 anchors, depth and capacity solved near c 0.125,
 as sweeps/study/cpu_lr.py's other widths), at widths 48, 64, 88, 176 here; width 128 is the reference pair itself,

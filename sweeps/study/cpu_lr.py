@@ -3,7 +3,7 @@
 so the reference pair (4 dense layers against X-MoD stride 4, c ~0.125, T=128, 2M tokens) is rerun on a grid.
 
     python sweeps/study/cpu_lr.py                              # the grid, then what it finds (below)
-    python fit_law.py --lr results/cpu_lr/runs --out results/cpu_lr    # the table and the loss-against-rate plot
+    python -m law.rates results/cpu_lr/runs --out results/cpu_lr    # the table and the loss-against-rate plot
 
 1. The grid: widths 64, 128, 192 x peak rates 1e-3 .. 8e-3 (8x), seed 0, min_lr = lr / 10, cosine as before.
 2. Edges: where an arm's best rate at a width is the grid's highest (lowest) finished rate, the next rate up

@@ -22,7 +22,7 @@ results/cpu_lr (width 128, T=128, 2M tokens, cosine, the cpu_small recipe). That
   resid_active X-MoD with its residual projections initialised for the depth a token passes (4.1), not 12
 
     python sweeps/study/cpu_panel.py
-    python fit_law.py --lr results/cpu_panel/runs 'results/cpu_lr/runs/dense_L4_d128_*' 'results/cpu_lr/runs/xmod_s4_L12_*' \
+    python -m law.rates results/cpu_panel/runs 'results/cpu_lr/runs/dense_L4_d128_*' 'results/cpu_lr/runs/xmod_s4_L12_*' \
         --panel --out results/cpu_panel     # lr.json, lr.md, lr_vs_loss.png, panel.md
 
 1. Each arm on the rates 2e-3, 4e-3, 8e-3 (seed 0, min_lr = lr / 10), extended by 2x past an edge that holds its

@@ -3,7 +3,7 @@ tuned rate. At 2e-3 the T=256 pair gave Delta -0.0118 +- 0.0025, and the 0.5M-to
 by 0.025 to 0.052; at the reference point (T=128, 2M tokens) tuning turned a lead into a deficit (results/cpu_lr).
 
     python sweeps/study/cpu_recheck.py
-    python fit_law.py --lr results/cpu_recheck/runs --out results/cpu_recheck
+    python -m law.rates results/cpu_recheck/runs --out results/cpu_recheck
 
 1. Each arm on the rates 2e-3, 4e-3, 8e-3 (seed 0, min_lr = lr / 10, cosine as before), extended by 2x past an edge
    that holds its best finished rate, as sweeps/study/cpu_lr.py does. So the best rate is found at 0.5M tokens and at
@@ -22,7 +22,7 @@ FLOPs (`python sweeps/study/cpu_recheck.py --dry_run`); about 1.8 hours with its
 measured: the elapsed_s of results/cpu_recheck/runs sum to 3.7 hours of 1-thread jobs (1.7e10 FLOP/s each,
 evaluations included). Resumable.
 
-    python fit_law.py --lr results/cpu_recheck/runs 'results/cpu_lr/runs/dense_L4_d128_2M_lr0.004*' --out DIR   # 3.
+    python -m law.rates results/cpu_recheck/runs 'results/cpu_lr/runs/dense_L4_d128_2M_lr0.004*' --out DIR   # 3.
 """
 import os
 import sys

@@ -4,7 +4,7 @@ branches at 2, 4 and 8M (sweeps/study/cpu_wsd.py's branches: a branch equals a W
 16M tokens, up to about 80 training tokens per active parameter, 3 seeds, T=128, 1 thread a run, 2 at a time.
 
     python sweeps/study/cpu_tokens.py     # a branch joins the queue once its parent has kept its step
-    python fit_law.py --lr 'results/cpu_tokens/runs/*_2M_pycode_lr*' 'results/cpu_tokens/runs/*_2M_d64_pycode_lr*' \
+    python -m law.rates 'results/cpu_tokens/runs/*_2M_pycode_lr*' 'results/cpu_tokens/runs/*_2M_d64_pycode_lr*' \
         --out results/cpu_tokens/lr                  # the pycode rate tune alone (--lr does not tell corpora apart)
 
 Two corpora:
