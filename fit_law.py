@@ -1,28 +1,22 @@
 """
-Fit the X-MoD scaling law to a sweep's finished runs, or to a CSV of your own.
+Fit the X-MoD scaling law to a sweep's finished runs, or to a CSV of your own (docs/fit_law.md).
 
     python fit_law.py RUNS... --out DIR [--holdout FILTER]... [--metric val_loss_causal|val_loss] [--tuned] [--joint]
 
 RUNS: run folders (train.py's run.json and log.csv), globs of them, folders with runs below them, or a CSV file with
-one row per run (N, D, loss; docs/fit_law.md has its columns and an example). Two laws (docs/design.md, "The law"):
+one row per run (N, D, loss). Two laws (docs/design.md, "The law"):
 
-1. Dense runs: Chinchilla's L(N, D) = E + A/N^alpha + B/D^beta, N = params_total (non-embedding), D = final tokens.
-   Float64, Huber loss (delta 1e-3) on log L = LSE(a - alpha log N, b - beta log D, e), L-BFGS from the best points
-   of Chinchilla's grid, its objective scaled so that its stopping tolerances bite (lbfgs_fit); bootstrap intervals.
-2. Full X-MoD runs, each against its FLOP-matched dense partner of the same seed: Delta = L_xmod - L_dense =
-   log(rho) * (-g + tau*log(T/T0) + sigma*log(s/s0) [+ kappa*log(D/D0)] [+ omega*log(N/N0)]) [+ kappa0*log(D/D0)],
-   rho = params_total / params_active, T the context, s the anchor stride, D the tokens, N the partner's size
-   (law/terms.py: the terms and T0, s0, D0, N0). Linear in the terms: least squares. A bracketed candidate stays only
-   if leaving it out makes the leave-one-configuration-out RMSE of Delta worse by more than 5%.
+1. Dense runs: Chinchilla's L(N, D) = E + A/N^alpha + B/D^beta, N = params_total (non-embedding), D = final tokens;
+   a Huber loss on log L, L-BFGS from the best points of Chinchilla's grid, bootstrap intervals.
+2. Each full X-MoD run against its FLOP-matched dense partner of the same seed: Delta = L_xmod - L_dense =
+   log(rho) * (-g + tau*log(T/T0) + sigma*log(s/s0)) [+ candidate terms, law/terms.py], rho = params_total /
+   params_active; least squares, each candidate kept only if leave-one-configuration-out error says so.
 
-Held-out runs (--holdout) are left out of both fits and predicted; the seed noise of L and of Delta is the pooled std
-over seeds. --out gets fit.json, summary.md and the plots (law/report.py). --joint adds the joint law of dense and
-X-MoD losses (law/joint.py), which `python -m law.advise` reads. The study's other analyses live in law/, each its own
-command: python -m law.rates (a learning-rate sweep's table, --panel), python -m law.regimes, python -m law.isoflop,
-python -m law.advise, python -m law.ladder.
+Held-out runs (--holdout) are left out of both fits and predicted. --out gets fit.json, summary.md and three plots.
+The study's other analyses are commands of their own: python -m law.rates (--panel), law.regimes, law.isoflop,
+law.advise (from a fit with --joint) and law.ladder.
 """
 
-import itertools
 import math
 import sys
 from collections import Counter
@@ -31,14 +25,15 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+import law.forms
 import law.joint
+import law.load
 import law.rates
 import law.report
-import law.terms
 from configurator import UserError, defaults_of, run_main
-from law.load import METRICS, WARNINGS, command_line, config_key, load_runs, mark_heldout, pair_heldout, pair_runs, warn
+from law.load import METRICS, config_key, dense_shortfalls, pair_heldout, warn
 from law.stats import bootstrap_intervals, versus_nulls
-from law.terms import BASE_TERMS, CANDIDATE_TERMS, D0, FORM, N0, S0, T0, TERMS, VARIABLES, backward_select, form_of
+from law.terms import BASE_TERMS, D0, FORM, N0, S0, T0, TERMS, VARIABLES, backward_select, form_of
 
 # -----------------------------------------------------------------------------
 # the command line (configurator.py): RUNS... are bare arguments; --key=value or --key value
@@ -144,13 +139,6 @@ def dense_conditioning(theta, logN, logD):
                                            torch.as_tensor(theta)).numpy()
     sv = np.linalg.svd(J, compute_uv=False)
     return float(sv.min() / sv.max()) if sv.max() > 0 else 0.0
-
-
-def dense_shortfalls(N, D):
-    """Why these dense runs cannot pin down the law's 5 parameters, whatever their losses: [] when they can."""
-    return [note for short, note in ((len(N) < 5, f'{len(N)} dense run(s) for 5 parameters'),
-                                     (len(set(N)) < 2, 'a single N: A and alpha are not identified'),
-                                     (len(set(D)) < 2, 'a single D: B and beta are not identified')) if short]
 
 
 def run_dense(runs, metric, n_boot, rng):
@@ -278,12 +266,6 @@ def form_scores(fit, test, terms):
                 heldout_rmse=delta_metrics(np.array([p['delta'] for p in test]), rel_predict(test, terms, c))['rmse'])
 
 
-def beats_removal(with_t, without_t):
-    """A term earns its place when the leave-one-configuration-out RMSE without it is worse by > law.terms.SELECT_MARGIN."""
-    a, b = with_t['cv_rmse'], without_t['cv_rmse']
-    return a is not None and b is not None and b > (1 + law.terms.SELECT_MARGIN) * a
-
-
 def cv_testable(pairs, terms):
     """The terms that stay identified whichever configuration is left out. A term only one configuration can pin
     down (the one pair at 4M tokens) is never tested on a configuration it was fitted without: in the folds that
@@ -294,12 +276,9 @@ def cv_testable(pairs, terms):
 
 
 def select_terms(fit, test, identified):
-    """Choose the form by held-out error (the --holdout pairs play no part): from all identified terms, drop the
-    candidate terms leave-one-configuration-out cannot test (cv_testable), then eliminate backwards
-    (law.terms.backward_select: while some candidate does not beat its own removal, the one whose removal leaves the
-    lowest CV RMSE). The base terms stay whatever their scores (the abstract names them); their verdict is reported
-    beside the others'. Returns (kept terms, selection): every form of the base terms plus some candidates, and each
-    term's errors with and without it, against the chosen form."""
+    """Choose the form by leave-one-configuration-out error (--holdout pairs play no part): drop the candidates it
+    cannot test, then eliminate backwards (law.terms.backward_select); the base terms always stay.
+    -> (kept terms, fit.json's record of the choice, law/forms.py)."""
     scored = {}
 
     def score(terms):
@@ -310,61 +289,7 @@ def select_terms(fit, test, identified):
     testable = cv_testable(fit, identified)
     kept, _ = backward_select([t for t in identified if t in testable or t in BASE_TERMS],
                               lambda form, parent: score(form)['cv_rmse'], keep=BASE_TERMS)
-    base, cands = [t for t in identified if t in BASE_TERMS], [t for t in identified if t in CANDIDATE_TERMS]
-    forms = [score(base + list(c)) for n in range(len(cands) + 1) for c in itertools.combinations(cands, n)]
-    terms = {}
-    for t in identified:
-        w, wo = score(set(kept) | {t}), score(set(kept) - {t})
-        terms[t] = dict(base=t in BASE_TERMS, kept=t in kept, cv_testable=t in testable,
-                        beats_removal=t in testable and beats_removal(w, wo),
-                        cv_rmse_with=w['cv_rmse'], cv_rmse_without=wo['cv_rmse'],
-                        heldout_rmse_with=w['heldout_rmse'], heldout_rmse_without=wo['heldout_rmse'])
-    dropped = [t for t in identified if t not in kept]
-    selection = dict(kept=kept, dropped=dropped, terms=terms)
-    return kept, dict(rule=f'a candidate term stays only if the leave-one-configuration-out RMSE of Delta without it '
-                      f'is more than {law.terms.SELECT_MARGIN:.0%} worse than with it; base terms always stay',
-                      margin=law.terms.SELECT_MARGIN, forms=forms, **selection, summary=law.report.form_sentence(selection))
-
-
-SAT_BETAS = (0.25, 0.5, 1.0, 2.0)   # exponents tried for the saturating budget term
-
-
-def budget_columns(pairs):
-    """The budget term's candidate shapes, each one column beside the base terms: none; kappa0 log(D/D0), unbounded
-    (budget_offset); and K ((D/D0)^-beta - 1) for each beta in SAT_BETAS, which saturates: Delta(D) -> Delta_inf
-    as D grows, Delta(D0) unchanged. The log form is the budget_offset of the selection; the saturating forms are
-    compared here only (issue 16: Delta(D) = Delta_inf + K D^-beta in place of kappa0 log D)."""
-    D = np.array([p['tokens'] for p in pairs], dtype=np.float64) / D0
-    cols = {'none': np.zeros((len(pairs), 0)), 'log': np.log(D)[:, None]}
-    cols.update({f'saturating beta={b:g}': (D ** -b - 1)[:, None] for b in SAT_BETAS})
-    return cols
-
-
-def budget_forms(fit, test, base):
-    """Each budget shape's errors (budget_columns), the base terms beside it, and the constant-Delta null model:
-    RMSE and max |error| of Delta on the fitted pairs, leave-one-configuration-out, and on the held-out pairs."""
-    y, y_test = np.array([p['delta'] for p in fit]), np.array([p['delta'] for p in test])
-    groups = sorted({p['cfg_key'] for p in fit})
-    rmse = lambda e: float(np.sqrt(np.mean(np.square(e)))) if len(e) else None
-    worst = lambda e: float(np.max(np.abs(e))) if len(e) else None
-
-    def scores(make):   # make(train, test) -> predictions on test, from a fit on train
-        cv = np.concatenate([make([p for p in fit if p['cfg_key'] != g], [p for p in fit if p['cfg_key'] == g])
-                             - np.array([p['delta'] for p in fit if p['cfg_key'] == g]) for g in groups]
-                            ) if len(groups) > 1 else np.zeros(0)
-        e_fit, e_test = make(fit, fit) - y, make(fit, test) - y_test
-        return dict(fit_rmse=rmse(e_fit), cv_rmse=rmse(cv) if len(cv) else None, cv_max_abs=worst(cv),
-                    heldout_rmse=rmse(e_test), heldout_max_abs=worst(e_test))
-
-    def linear(shape):
-        def make(train, at):
-            X = lambda ps: np.hstack([rel_design(ps, base), budget_columns(ps)[shape]])
-            return X(at) @ wls(X(train), np.array([p['delta'] for p in train])) if len(at) else np.zeros(0)
-        return make
-    out = {'constant Delta (null)': scores(lambda train, at: np.full(len(at), np.mean([p['delta'] for p in train])))}
-    out.update({f'base + {shape} budget term' if shape != 'none' else 'base terms alone': scores(linear(shape))
-                for shape in budget_columns(fit)})
-    return out
+    return kept, law.forms.selection_table(identified, kept, testable, score)
 
 
 def run_relative(runs, metric, dense, delta_std, n_boot, rng):
@@ -393,13 +318,9 @@ def run_relative(runs, metric, dense, delta_std, n_boot, rng):
                                          note=notes.get(t, 'not fitted')) for t in TERMS})
         return rel, metrics, pairs
     active, metrics['selection'] = select_terms(fit, test, identified)
-    metrics['budget_forms'] = budget_forms(fit, test, [t for t in identified if t in BASE_TERMS])
-    for t in identified:
-        if t not in active:
-            sel = metrics['selection']['terms'][t]
-            notes[t] = ('dropped: one configuration alone pins it down, so no held-out test' if not sel['cv_testable']
-                        else f'dropped by the selection: CV RMSE {law.report.fmt(sel["cv_rmse_without"])} without '
-                        f'it, {law.report.fmt(sel["cv_rmse_with"])} with it')
+    base = [t for t in identified if t in BASE_TERMS]
+    metrics['budget_forms'] = law.forms.budget_forms(fit, test, lambda ps: rel_design(ps, base))
+    notes.update(law.forms.dropped_notes(metrics['selection']))
     y = np.array([p['delta'] for p in fit])
     X = rel_design(fit, active)
     coef = wls(X, y)
@@ -422,39 +343,14 @@ def run_relative(runs, metric, dense, delta_std, n_boot, rng):
     if test:      # against a constant Delta (the fitted pairs' mean) and Delta = 0 (law.stats.versus_nulls)
         metrics['heldout']['vs_null'], metrics['heldout']['beats_null'] = versus_nulls(
             [p['delta'] for p in test], [p['pred'] for p in test], np.mean([p['delta'] for p in fit]))
-    metrics['goals'] = heldout_goals(metrics['heldout'], delta_std)
+    metrics['goals'] = law.forms.heldout_goals(metrics['heldout'], delta_std)
     metrics['cv'] = dict(delta_rmse=loco_cv(fit, active), scheme='leave one configuration (all seeds) out')
-    # ablations: refit with each term removed; a term earns its place if the errors grow without it
-    for name, terms in [('full', active)] + [(f'no_{t}', [u for u in active if u != t]) for t in active]:
-        metrics['ablation'][name] = form_scores(fit, test, terms)
-    for t in TERMS:
-        if t not in active:
-            metrics['ablation'][f'no_{t}'] = dict(note=notes[t])
+    metrics['ablation'] = law.forms.ablations(active, notes, lambda terms: form_scores(fit, test, terms))
     return rel, metrics, pairs
 
 
 # -----------------------------------------------------------------------------
 # held-out prediction and seed noise
-
-def heldout_goals(held, sd):
-    """The held-out goals, each 'met', 'not met' or 'untestable', with its numbers (sd: the seed std of Delta):
-    RMSE(Delta) <= max(0.01, 1.5 sd); the sign right on >= 90% of the pairs with abs(Delta) > 2 sd; R^2(Delta) >= 0.85
-    where the held-out Deltas span more than 3 sd."""
-    if not held:
-        return None
-    verdict = lambda ok: 'met' if ok else 'not met'
-    known = sd is not None
-    limit = max(0.01, 1.5 * sd) if known else 0.01  # without seed noise only an RMSE under 0.01 can be judged
-    r2_testable = known and held['r2'] is not None and held['delta_span'] > 3 * sd
-    return dict(
-        seed_std=sd,
-        rmse=dict(value=held['rmse'], limit=limit,
-                  status=verdict(held['rmse'] <= limit) if known or held['rmse'] <= limit else 'untestable'),
-        sign=dict(value=held['sign_acc_big'], n=held['n_big'], limit=0.9,
-                  status='untestable' if held['sign_acc_big'] is None else verdict(held['sign_acc_big'] >= 0.9)),
-        r2=dict(value=held['r2'], span=held['delta_span'], span_needed=3 * sd if known else None, limit=0.85,
-                status=verdict(held['r2'] >= 0.85) if r2_testable else 'untestable'))
-
 
 def pair_metrics(pairs, metric, dense, delta_std):
     obs = np.array([p['delta'] for p in pairs])
@@ -537,47 +433,21 @@ def fitted_law(res):
                                                                 terms, coef)[0]))
 
 
-def check_fittable(runs, patterns):
-    """Refuse runs from which no law can be read: a dense law alone, on runs that cannot pin it down."""
-    dense = [r for r in runs if r['model'] == 'dense' and not r['heldout']]
-    if not dense:
-        raise UserError(f'{" ".join(patterns)}: no dense run to fit the dense law '
-                        + ('(all held out)' if any(r['model'] == 'dense' for r in runs) else '(none found)'))
-    N, D = [r['params_total'] for r in dense], [r['tokens'] for r in dense]
-    pairs = [r for r in runs if r['variant'] == 'xmod' and r['partner'] and r['rho'] > 1 + 1e-12
-             and not pair_heldout(r)]
-    if dense_shortfalls(N, D) and not pairs:
-        raise UserError(f'the dense law needs dense runs at >= 2 model sizes N and >= 2 token budgets D, 5 runs at '
-                        f'least: got {len(dense)} run(s) at {len(set(N))} N and {len(set(D))} D, and no full X-MoD '
-                        f'pair (not held out) for the relative law')
-
-
-# the study's other analyses, once modes of this script: each is its own command now
-MOVED = {'lr': 'python -m law.rates RUNS... --out DIR', 'panel': 'python -m law.rates RUNS... --panel --out DIR',
-         'regimes': 'python -m law.regimes RUNS... --out DIR', 'isoflop': 'python -m law.isoflop RUNS... --out DIR',
-         'advise': 'python -m law.advise FIT --flops=C',
-         'skip_joint': 'fit_law.py fits the joint law only when asked: --joint'}
-
-
 def parse_args(argv):
     """The command line -> its config, the runs (bare arguments) as cfg.runs; refuses what cannot be run."""
-    for a in argv:
-        key = a[2:].split('=')[0] if a.startswith('--') else None
-        if key in MOVED:
-            raise UserError(f'--{key} is no longer a mode of fit_law.py: {MOVED[key]}')
-    return command_line(argv, DEFAULTS, __doc__ + '\nWhat fit_law.py accepts and refuses: docs/fit_law.md.', __file__,
-                        'python fit_law.py RUNS... --out DIR')
+    return law.load.command_line(argv, DEFAULTS, __doc__ + '\nWhat fit_law.py accepts and refuses: docs/fit_law.md.',
+                                 __file__, 'python fit_law.py RUNS... --out DIR')
 
 
 def run(cfg):
-    WARNINGS.clear()
-    runs = load_runs(cfg.runs)
+    law.load.WARNINGS.clear()
+    runs = law.load.load_runs(cfg.runs)
     n_loaded = len(runs)
     if cfg.tuned:
         runs = law.rates.tuned_runs(runs, cfg.metric)
-    pair_runs(runs)
-    mark_heldout(cfg.holdout, runs)
-    check_fittable(runs, cfg.runs)
+    law.load.pair_runs(runs)
+    law.load.mark_heldout(cfg.holdout, runs)
+    law.load.check_fittable(runs, cfg.runs)
     torch.set_num_threads(1)  # tiny problems: threads cost more than they give
     by_metric, pairs_by_metric, dense_cache = {}, {}, {}
     for m in (cfg.metric, *[x for x in METRICS if x != cfg.metric]):
@@ -589,7 +459,7 @@ def run(cfg):
                   inputs=dict(n_runs=len(runs), variants=variants, holdout=holdout, tuned=cfg.tuned,
                               n_off_best_rate=n_loaded - len(runs),
                               n_heldout=sum(r['heldout'] for r in runs), bootstrap=cfg.bootstrap, seed=cfg.seed),
-                  warnings=list(WARNINGS), **by_metric[cfg.metric], by_metric=by_metric,
+                  warnings=list(law.load.WARNINGS), **by_metric[cfg.metric], by_metric=by_metric,
                   delta_vs_tokens=law.report.delta_vs_tokens(runs),
                   fixes=law.report.paired_fixes(runs), runs=[law.report.run_row(r) for r in runs])
     law.report.write(cfg.out, {'fit.json': law.report.to_json_text(result),

@@ -5,6 +5,8 @@ law/: what fit_law.py is made of, and the study's other analyses, each a command
     terms.py    the relative law's terms, its reference point, and the one rule that selects a law's terms
     stats.py    every interval: t intervals, paired t tests, Holm's adjustment, bootstrap percentiles, the nulls
     report.py   what a fit says for people: summary.md, the plots, the printed lines, fit.json's rows
+    forms.py    the study's record of the relative law's forms in fit.json: the selection's table, the ablations,
+                the budget term's shapes, the held-out goals
     joint.py    the joint law of dense and X-MoD losses (fit_law.py --joint)
     advise.py   python -m law.advise: which routing configuration to train, from a fit's joint law
     rates.py    python -m law.rates: the best peak learning rate per arm, Delta at tuned and shared rates (--panel)

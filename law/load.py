@@ -449,11 +449,48 @@ def pair_heldout(r):
 
 
 # -----------------------------------------------------------------------------
+# what fit_law.py's laws need of the runs
+
+def dense_shortfalls(N, D):
+    """Why these dense runs cannot pin down the law's 5 parameters, whatever their losses: [] when they can."""
+    return [note for short, note in ((len(N) < 5, f'{len(N)} dense run(s) for 5 parameters'),
+                                     (len(set(N)) < 2, 'a single N: A and alpha are not identified'),
+                                     (len(set(D)) < 2, 'a single D: B and beta are not identified')) if short]
+
+
+def check_fittable(runs, patterns):
+    """Refuse runs from which no law can be read: a dense law alone, on runs that cannot pin it down."""
+    dense = [r for r in runs if r['model'] == 'dense' and not r['heldout']]
+    if not dense:
+        raise UserError(f'{" ".join(patterns)}: no dense run to fit the dense law '
+                        + ('(all held out)' if any(r['model'] == 'dense' for r in runs) else '(none found)'))
+    N, D = [r['params_total'] for r in dense], [r['tokens'] for r in dense]
+    pairs = [r for r in runs if r['variant'] == 'xmod' and r['partner'] and r['rho'] > 1 + 1e-12
+             and not pair_heldout(r)]
+    if dense_shortfalls(N, D) and not pairs:
+        raise UserError(f'the dense law needs dense runs at >= 2 model sizes N and >= 2 token budgets D, 5 runs at '
+                        f'least: got {len(dense)} run(s) at {len(set(N))} N and {len(set(D))} D, and no full X-MoD '
+                        f'pair (not held out) for the relative law')
+
+
+# -----------------------------------------------------------------------------
 # the command line of fit_law.py and of law/'s commands
+
+# the study's other analyses, once modes of fit_law.py: each is its own command now
+MOVED = {'lr': 'python -m law.rates RUNS... --out DIR', 'panel': 'python -m law.rates RUNS... --panel --out DIR',
+         'regimes': 'python -m law.regimes RUNS... --out DIR', 'isoflop': 'python -m law.isoflop RUNS... --out DIR',
+         'advise': 'python -m law.advise FIT --flops=C',
+         'skip_joint': 'fit_law.py fits the joint law only when asked: --joint'}
+
 
 def command_line(argv, defaults, doc, source, usage):
     """argv -> its config (configurator.configure), the runs (bare arguments) as cfg.runs; refuses (UserError) no
-    runs or no --out, an unknown --metric, a negative --bootstrap. usage: the command, for the message."""
+    runs or no --out, an unknown --metric, a negative --bootstrap, and fit_law.py's old modes (MOVED). usage: the
+    command, for the message."""
+    for a in argv:
+        key = a[2:].split('=')[0] if a.startswith('--') and usage.startswith('python fit_law.py') else None
+        if key in MOVED:
+            raise UserError(f'--{key} is no longer a mode of fit_law.py: {MOVED[key]}')
     runs = []
     PROG[0] = usage.split(' RUNS')[0].replace('python fit_law.py', 'fit_law.py')   # as run_main names it
     cfg, _ = configure(argv, defaults, doc=doc, source=source, positional=runs)

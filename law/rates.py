@@ -58,32 +58,21 @@ def arms(runs, metric):
 CLOSE = 0.005     # rates this close in seed 0 are told apart by their seeds' mean (sweeps/study/cpu_lr.py, seed_rates)
 
 
-def best_rate(by_lr):
+def best_rate(by_lr, how=False):
     """An arm's best peak rate: the lowest seed-0 loss; where other rates are within CLOSE of it in seed 0 and
     they share seeds beyond seed 0 (the sweeps seed every such rate), the lowest mean over their shared seeds. One
-    seed cannot tell rates 0.005 apart: picking by it alone favours the lucky seed. None without seed 0."""
+    seed cannot tell rates 0.005 apart: picking by it alone favours the lucky seed. None without seed 0. how=True:
+    (the rate, how it was chosen: 'seed 0', or 'seed mean' when the seeds' mean told close rates apart)."""
     grid = [lr for lr in by_lr if 0 in by_lr[lr]]     # the sweeps scan rates at seed 0 only
     if not grid:
-        return None
+        return (None, None) if how else None
     best = min(grid, key=lambda lr: by_lr[lr][0])
     close = [lr for lr in grid if by_lr[lr][0] - by_lr[best][0] <= CLOSE]
     # only the seeds every close rate has: a mean over different seeds would compare the seeds, not the rates
     seeds = sorted(set.intersection(*(set(by_lr[lr]) for lr in close)))
     if len(close) > 1 and len(seeds) > 1:
-        return min(close, key=lambda lr: np.mean([by_lr[lr][s] for s in seeds]))
-    return best
-
-
-def chosen_by(by_lr):
-    """How best_rate chose: 'seed 0' when no other rate was within CLOSE of the best in seed 0 (or they share no
-    seed beyond it), 'seed mean' when the seeds' mean told close rates apart (those seeds then took part)."""
-    grid = [lr for lr in by_lr if 0 in by_lr[lr]]
-    if not grid:
-        return None
-    best = min(grid, key=lambda lr: by_lr[lr][0])
-    close = [lr for lr in grid if by_lr[lr][0] - by_lr[best][0] <= CLOSE]
-    seeds = set.intersection(*(set(by_lr[lr]) for lr in close))
-    return 'seed mean' if len(close) > 1 and len(seeds) > 1 else 'seed 0'
+        best = min(close, key=lambda lr: np.mean([by_lr[lr][s] for s in seeds]))
+    return (best, 'seed mean' if len(close) > 1 and len(seeds) > 1 else 'seed 0') if how else best
 
 
 def tuned_runs(runs, metric):
@@ -194,7 +183,7 @@ def analyse(runs, metric):
         grid = sorted(lr for lr in by_lr if 0 in by_lr[lr])
         if not grid:
             continue
-        lr_best = best_rate(by_lr)
+        lr_best, how = best_rate(by_lr, how=True)
         at_best = t_interval(list(by_lr[lr_best].values()))
         # a best rate at the grid's edge may not be the best rate at all: the table flags it for a wider scan
         edge = len(grid) > 1 and lr_best in (grid[0], grid[-1])
@@ -203,7 +192,7 @@ def analyse(runs, metric):
         result['arms'].append(dict(variant=variant, stride=stride, capacity=capacity, n_embd=width, T=T,
                                    tokens=tokens, schedule=schedule, flops=flops[key], lrs=grid,
                                    loss=[by_lr[lr][0] for lr in grid], best_lr=lr_best, best_at_edge=edge,
-                                   chosen_by=chosen_by(by_lr), best_mean=at_best['mean'], best_se=at_best['se'],
+                                   chosen_by=how, best_mean=at_best['mean'], best_se=at_best['se'],
                                    best_seeds=at_best['n'], best_ci=[at_best['lo'], at_best['hi']],
                                    best_df=at_best['df'],
                                    seeds={lr: [by_lr[lr][s] for s in sorted(by_lr[lr])] for lr in sorted(by_lr)},

@@ -510,7 +510,7 @@ def selection_md(bm):
 
 
 def budget_forms_md(bm):
-    """The budget term's shapes side by side (fit_law.budget_forms): Delta's errors of each, and of the null model."""
+    """The budget term's shapes side by side (law.forms.budget_forms): Delta's errors of each, and of the null model."""
     rows = [[m, name, fmt(f['fit_rmse']), fmt(f['cv_rmse']), fmt(f['cv_max_abs']), fmt(f['heldout_rmse']),
              fmt(f['heldout_max_abs'])] for m in bm if bm[m]['metrics'].get('budget_forms')
             for name, f in bm[m]['metrics']['budget_forms'].items()]

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 import fit_law
+import law.forms
+import law.load
 from conftest import assert_bad_input
 from law.load import load_runs
 from law.stats import bootstrap_intervals
@@ -242,25 +244,26 @@ def test_budget_forms_tell_a_saturating_budget_from_a_log_one():
                 out.append(pair(f'c{i}_{D:g}', rho=rho, stride=stride, tokens=D, delta=d))
         return [p for p in out if p['tokens'] < 8e6], [p for p in out if p['tokens'] == 8e6]
     fit, test = pairs(0.03)
-    forms = fit_law.budget_forms(fit, test, ['capacity_gain', 'stride_interaction'])
+    base = lambda ps: fit_law.rel_design(ps, ['capacity_gain', 'stride_interaction'])
+    forms = law.forms.budget_forms(fit, test, base)
     sat = forms['base + saturating beta=0.5 budget term']
     for name, f in forms.items():
         if name != 'base + saturating beta=0.5 budget term':
             assert f['cv_rmse'] > 2 * sat['cv_rmse'] and f['heldout_rmse'] > 2 * sat['heldout_rmse'], name
     assert sat['cv_rmse'] < 0.002 and sat['heldout_max_abs'] < 0.003
-    flat = fit_law.budget_forms(*pairs(0.0), ['capacity_gain', 'stride_interaction'])
+    flat = law.forms.budget_forms(*pairs(0.0), base)
     assert flat['base terms alone']['cv_rmse'] < 0.001
     assert flat['constant Delta (null)']['cv_rmse'] > 5 * flat['base terms alone']['cv_rmse']
 
 
 def test_heldout_goals():
     held = dict(rmse=0.012, r2=0.9, sign_acc_big=0.8, n_big=5, delta_span=0.05)
-    g = fit_law.heldout_goals(held, 0.01)  # limits: RMSE 0.015, sign over abs(Delta) > 0.02, R^2 if span > 0.03
+    g = law.forms.heldout_goals(held, 0.01)  # limits: RMSE 0.015, sign over abs(Delta) > 0.02, R^2 if span > 0.03
     assert (g['rmse']['status'], g['sign']['status'], g['r2']['status']) == ('met', 'not met', 'met')
     assert g['rmse']['limit'] == pytest.approx(0.015) and g['r2']['span_needed'] == pytest.approx(0.03)
-    g = fit_law.heldout_goals(dict(held, rmse=0.011, delta_span=0.01, sign_acc_big=None, n_big=0), 0.004)
+    g = law.forms.heldout_goals(dict(held, rmse=0.011, delta_span=0.01, sign_acc_big=None, n_big=0), 0.004)
     assert (g['rmse']['status'], g['sign']['status'], g['r2']['status']) == ('not met', 'untestable', 'untestable')
-    assert fit_law.heldout_goals(None, 0.01) is None
+    assert law.forms.heldout_goals(None, 0.01) is None
 
 
 # -----------------------------------------------------------------------------
@@ -307,10 +310,10 @@ def test_partial_fit_prints_no_interval(tmp_path):
 
 
 def test_zero_width_bootstrap_interval_is_dropped():
-    fit_law.WARNINGS.clear()
+    law.load.WARNINGS.clear()
     ci = bootstrap_intervals([[1.0, 2.0], [1.0, 2.5], [1.0, 3.0]], ('a', 'b'), 'test', fit_law.warn)
     assert ci['a'] is None and ci['b'][0] < ci['b'][1]
-    assert fit_law.WARNINGS == ['test: every bootstrap resample gives the same a: no interval']
+    assert law.load.WARNINGS == ['test: every bootstrap resample gives the same a: no interval']
 
 
 def test_a_diverged_bootstrap_resample_is_not_kept(tmp_path, monkeypatch):
