@@ -13,7 +13,7 @@ Stage 2 joins once both arms' grids are finished: sweeps/sweep.py reads this fil
 both (`python sweeps/gpu_small.py --dry_run` shows the state). The grid is 8 runs, 2.83e15 training FLOPs
 (--dry_run); the sweep's other 36 runs 1.37e16 (the shared-rate plan's 38 runs, 1.44e16, less the reference
 pair). The time depends on the throughput these small models sustain on a GPU, not measured yet
-(sweeps/gpu_check.sh's per_gpu step gives it in tokens/s, eager).
+(tools/gpu_check.sh's per_gpu step gives it in tokens/s, eager).
 
     python sweeps/gpu_small.py                          # one GPU; --gpus=0,1,2,3 --per_gpu=2 for more
     python sweeps/gpu_small.py --commands                # for a Slurm array (sweeps/slurm_array.sh)

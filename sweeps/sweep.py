@@ -44,9 +44,8 @@ from tqdm import tqdm
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository root: train.py, results/
 sys.path.insert(0, HERE)
-import train  # noqa: E402  (train.DEFAULTS: its keys)
 from configurator import UserError, configure, defaults_of, run_main  # noqa: E402
-from run_folder import log_rows, run_state, running_elsewhere, sizes  # noqa: E402
+from run_folder import log_rows, run_state, running_elsewhere, sizes, train_defaults  # noqa: E402
 from xmod import GPTConfig  # noqa: E402
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -60,6 +59,7 @@ commands = False      # print one resumable train.py command per unfinished run,
 flops_per_s = 0.0     # --dry_run: the FLOP/s all jobs together sustain, for an estimate of the time left (0 = none)
 # -----------------------------------------------------------------------------------------------------------------
 DEFAULTS = defaults_of(globals())
+TRAIN_DEFAULTS = train_defaults()   # train.py's keys and defaults, from its config block
 
 
 def load_sweep(path):
@@ -88,7 +88,7 @@ def run_flops(run, common, out_dir):
     """(training FLOPs of the run's whole budget, FLOPs still to train) as train.py counts them, from the config
     alone (run_folder.sizes): the vocabulary from the dataset's meta.pkl, or GPTConfig's when it is not prepared."""
     args = command(run, common, out_dir)[2:]
-    cfg, _ = configure([a for a in args if not a.startswith('--init_from=')], train.DEFAULTS, model=GPTConfig)
+    cfg, _ = configure([a for a in args if not a.startswith('--init_from=')], TRAIN_DEFAULTS, model=GPTConfig)
     folder = cfg.data_dir or os.path.join(HERE, 'data', cfg.dataset)
     meta = None
     with contextlib.suppress(OSError):

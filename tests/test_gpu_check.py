@@ -1,4 +1,4 @@
-"""sweeps/gpu_check.sh in its CPU smoke mode, and what bench.py gives it: rows that survive a time limit, a --help
+"""tools/gpu_check.sh in its CPU smoke mode, and what bench.py gives it: rows that survive a time limit, a --help
 that shows its continuation lines as written."""
 import json
 import os
@@ -16,7 +16,7 @@ def gpu_check(corpus, tmp_path, timeout, **env):
     """Run the script's smoke mode: (OUT, summary.txt's text, its step lines split), every step named in order."""
     out = tmp_path / 'gpu_check'
     env = dict(ENV, GPU_CHECK_SMOKE='1', SMOKE_DATA=f'--data_dir={corpus}', PYTHON=sys.executable, **env)
-    r = subprocess.run(['bash', os.path.join(ROOT, 'sweeps', 'gpu_check.sh'), str(out)], capture_output=True,
+    r = subprocess.run(['bash', os.path.join(ROOT, 'tools', 'gpu_check.sh'), str(out)], capture_output=True,
                        text=True, cwd=ROOT, env=env, timeout=timeout)
     assert r.returncode == 0, r.stderr
     summary = (out / 'summary.txt').read_text()
@@ -26,7 +26,7 @@ def gpu_check(corpus, tmp_path, timeout, **env):
 
 
 def test_gpu_check_script_runs_its_steps(corpus, tmp_path):
-    """sweeps/gpu_check.sh, the one prepared GPU script, run in its smoke mode (the CPU, toy sizes): every step
+    """tools/gpu_check.sh, the one prepared GPU script, run in its smoke mode (the CPU, toy sizes): every step
     passes within its limit and prints its figure, the bench steps' rows come from their JSON, and OUT holds
     summary.txt and one tarball (a machine that returns few files brings it back whole) with what docs/gpu.md says
     comes back, and no checkpoint."""

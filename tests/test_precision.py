@@ -2,7 +2,7 @@
 default on CUDA is bf16 autocast; float16 with a grad scaler where bf16 is missing), the routers in float32 inside
 it, and train.py, sample.py and bench.py with --dtype. CPU autocast runs the same model code as CUDA's; what only a
 GPU can show is listed in docs/gpu.md. The model-level tests run on XMOD_TEST_DEVICE (default cpu):
-sweeps/gpu_check.sh runs the tests marked `device` (pytest -m device) on cuda."""
+tools/gpu_check.sh runs the tests marked `device` (pytest -m device) on cuda."""
 import os
 import subprocess
 import sys
@@ -289,7 +289,7 @@ def test_gpu_selection_is_the_device_tests():
     """What gpu_check.sh's precision step runs on a GPU (pytest -m device): the autocast tests of every family, impl
     and dtype, the float32 routers, naive == fast, one graph under compile, 2-process DDP; never the smoke script
     itself (it would rerun every step) nor the CPU-only tests (train.py runs, the exercises, the fits)."""
-    script = open(os.path.join(ROOT, 'sweeps', 'gpu_check.sh')).read()
+    script = open(os.path.join(ROOT, 'tools', 'gpu_check.sh')).read()
     assert 'TESTS="-m device"' in script and '-m pytest -q tests $TESTS' in script
     r = subprocess.run([sys.executable, '-m', 'pytest', '--collect-only', '-q', '-m', 'device', 'tests',
                         '-p', 'no:cacheprovider'], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)

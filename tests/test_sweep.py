@@ -276,6 +276,18 @@ def test_every_sweep_file_runs_itself(tmp_path):
         assert out[path].stdout == out[path + ' (runner)'].stdout, path
 
 
+def test_sweeps_take_train_defaults_from_its_config_block():
+    """The runner and the studies check a run's overrides and count its FLOPs against train.py's defaults read from
+    its config block (run_folder.train_defaults), not by importing the training script: the same keys, order and
+    values as train.DEFAULTS, and no sweep file imports train."""
+    import run_folder
+    import train
+    assert list(run_folder.train_defaults().items()) == list(train.DEFAULTS.items())
+    for path in SWEEP_FILES + ['sweeps/sweep.py', 'sweeps/recipe.py']:
+        with open(os.path.join(ROOT, path)) as f:
+            assert not any(line.split()[:2] in (['import', 'train'], ['from', 'train']) for line in f), path
+
+
 @pytest.mark.parametrize('path', SWEEP_FILES)
 def test_no_sweep_file_runs_another(path):
     """A sweep file takes what it shares with others from sweeps/recipe.py (or a study from the study beside it) by
@@ -286,11 +298,12 @@ def test_no_sweep_file_runs_another(path):
 
 def test_the_sweeps_readme_names_every_sweep_file():
     """sweeps/README.md says which sweep to run for what: every file at sweeps/' top level and every study is in it,
-    and at most 8 runnable files sit at the top level (what users run; the study's record is in study/)."""
+    and at most 8 script files sit at the top level, the recipe they share among them (what users run; the study's
+    record is in study/; the GPU checklist is a tool, tools/gpu_check.sh)."""
     with open(os.path.join(ROOT, 'sweeps', 'README.md')) as f:
         readme = f.read()
     top = [n for n in os.listdir(os.path.join(ROOT, 'sweeps')) if n.endswith(('.py', '.sh'))]
     missing = [n for n in top + os.listdir(os.path.join(ROOT, 'sweeps', 'study')) if n.endswith(('.py', '.sh'))
                and n not in readme]
     assert not missing, missing
-    assert len([n for n in top if n != 'recipe.py']) <= 8, top
+    assert len(top) <= 8, top

@@ -78,12 +78,11 @@ def layout(r):
     k of T tokens, and forward FLOPs per token. Needs the dataset's meta.pkl (the vocabulary)."""
     import pickle
     sys.path.insert(0, ROOT)
-    import train
     import xmod
     from configurator import configure
-    from run_folder import sizes
+    from run_folder import sizes, train_defaults
     args = {**common, **{k: v for k, v in r.items() if k != 'name'}}
-    cfg, _ = configure([f'--{k}={v}' for k, v in args.items()], train.DEFAULTS, model=xmod.GPTConfig)
+    cfg, _ = configure([f'--{k}={v}' for k, v in args.items()], train_defaults(), model=xmod.GPTConfig)
     with open(os.path.join(ROOT, 'data', cfg.dataset, 'meta.pkl'), 'rb') as f:
         mcfg, _, fpt, _ = sizes(cfg, pickle.load(f))
     routed = (f", capacity {mcfg.capacity:.4f} ({xmod.routed_k(mcfg.capacity, cfg.block_size)}/{cfg.block_size} "

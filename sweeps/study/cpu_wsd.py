@@ -26,7 +26,6 @@ from recipe import ROOT, builders, common  # noqa: E402
 
 sys.path.insert(0, ROOT)
 import run_folder  # noqa: E402  (train.py's budget and cooldown rules, so the kept steps are the branch points)
-import train  # noqa: E402  (its default cooldown_frac)
 
 name = 'cpu_wsd'
 jobs = 2
@@ -46,7 +45,7 @@ def iters(tokens):
 
 def cooldown_start(tokens):
     """Where a WSD run of this budget starts its cooldown: train.py's own rule, at its default cooldown_frac."""
-    frac = train.DEFAULTS['cooldown_frac']
+    frac = run_folder.train_defaults()['cooldown_frac']
     return run_folder.cooldown_start(types.SimpleNamespace(cooldown_frac=frac), iters(tokens))
 
 

@@ -2,8 +2,8 @@
 # The GPU checklist (docs/gpu.md): what only a GPU can show, in one script of at most 4 minutes on one H100/H200-class
 # GPU. Each step prints its figure (one line, copied into summary.txt), and the script goes on past a failed one.
 #
-#   bash sweeps/gpu_check.sh "$OUT"           # OUT: the folder that comes back; results/gpu_check unless given
-#   GPU_CHECK_SMOKE=1 bash sweeps/gpu_check.sh /tmp/smoke   # the same steps on the CPU at toy sizes (a test runs it)
+#   bash tools/gpu_check.sh "$OUT"           # OUT: the folder that comes back; results/gpu_check unless given
+#   GPU_CHECK_SMOKE=1 bash tools/gpu_check.sh /tmp/smoke   # the same steps on the CPU at toy sizes (a test runs it)
 #
 # OUT ends with two files: summary.txt (each step's exit code, time, limit, figure and last lines) and
 # gpu_check.tar.gz (every step's output, logs, run.json and JSON; no checkpoints), rewritten after each phase, so a
