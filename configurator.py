@@ -5,7 +5,6 @@ with did-you-mean and a --help that lists each key with the comment beside its d
 default is a list collects every --key given; a script that takes paths gets its bare arguments as a list. Also the
 exit codes and the user-error type: `run_main` turns them into one line on stderr.
 """
-import ast
 import builtins
 import dataclasses
 import difflib
@@ -91,23 +90,6 @@ def defaults_of(namespace, model=None, skip=()):
     at = max((i + 1 for i, k in enumerate(settings) if k in names), default=0)
     items = list(settings.items())
     return dict(items[:at] + list(fields.items()) + items[at:])
-
-
-def script_defaults(path, model=None, skip=()):
-    """defaults_of for a script read from its source rather than run: its module-level `key = literal` lines above
-    its `defaults_of(...)` call. Sweeps and tools take train.py's defaults from its config block this way instead of
-    importing a training script (run_folder.train_defaults)."""
-    values = {}
-    for node in ast.parse(open(path).read()).body:
-        if not (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)):
-            continue
-        if 'defaults_of(' in ast.unparse(node.value):
-            break
-        try:
-            values[node.targets[0].id] = literal_eval(node.value)
-        except ValueError:
-            pass                                      # a computed module-level name is not a setting
-    return defaults_of(values, model, skip)
 
 
 def optional_types(model):

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 import xmod
-from configurator import LossDiverged, UserError, one_line, script_defaults
+from configurator import LossDiverged, UserError, one_line
 
 RUN_FILES = ('run.json', 'log.csv', 'ckpt.pt')
 # The first columns of log.csv, in this order; the model's statistics follow them. fit_law.py (law/load.py) reads these.
@@ -246,13 +246,6 @@ def resolve_iters(cfg, fpt, tokens_per_iter):
     if cfg.max_tokens > 0:
         return max(1, round(cfg.max_tokens / tokens_per_iter))
     return cfg.max_iters
-
-
-def train_defaults():
-    """train.py's DEFAULTS (its config block, then GPTConfig's fields), read from its source: what a sweep checks a
-    run's overrides against and counts its FLOPs with, without importing the training script."""
-    return script_defaults(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'train.py'), xmod.GPTConfig,
-                           skip=('vocab_size',))
 
 
 def cooldown_start(cfg, schedule_iters):

@@ -1,11 +1,13 @@
 """What the sweep files share: cpu_small's recipe (`common`: the training settings every CPU sweep starts from),
 `builders` (a run's train.py overrides and its name), `plan` (the cpu_small study at any scale: cpu_small.py,
-classroom.py and gpu_small.py call it with their numbers), and the per-arm learning-rate tuning the studies since
-cpu_lr use (`lr_tag`, `final_val`, `tune`, `seed_rates`). A sweep file imports what it needs:
+classroom.py and gpu_small.py call it with their numbers), the per-arm learning-rate tuning the studies since cpu_lr
+use (`lr_tag`, `final_val`, `tune`, `seed_rates`), and train.py's defaults (`train_defaults`). A sweep file imports
+what it needs:
 
     from recipe import builders, common
 
 A sweep in sweeps/study/ first puts sweeps/ on the path (sys.path.insert), as it does to import the runner."""
+import ast
 import json
 import os
 
@@ -14,6 +16,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repos
 
 common = dict(dataset='shakespeare', n_head=4, learning_rate=2e-3, min_lr=2e-4, warmup_iters=50,
               weight_decay=0.1, dropout=0.0, eval_tokens=32768, device='cpu', compile=False)
+
+
+def train_defaults():
+    """train.py's DEFAULTS read from its config block (the `key = literal` lines above `DEFAULTS = defaults_of(`),
+    not by importing the training script: what the runner checks a run's overrides against and counts FLOPs with."""
+    from configurator import defaults_of
+    from xmod import GPTConfig
+    with open(os.path.join(ROOT, 'train.py')) as f:
+        block = f.read().split('\nDEFAULTS = defaults_of(')[0]
+    values = {}
+    for node in ast.parse(block).body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            try:
+                values[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                pass                                  # a computed module-level name is not a setting
+    return defaults_of(values, GPTConfig, skip=('vocab_size',))
 
 
 def builders(tokens_per_iter, width, tokens, block_size):

@@ -44,8 +44,10 @@ from tqdm import tqdm
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository root: train.py, results/
 sys.path.insert(0, HERE)
+from recipe import train_defaults  # noqa: E402
+
 from configurator import UserError, configure, defaults_of, run_main  # noqa: E402
-from run_folder import log_rows, run_state, running_elsewhere, sizes, train_defaults  # noqa: E402
+from run_folder import log_rows, run_state, running_elsewhere, sizes  # noqa: E402
 from xmod import GPTConfig  # noqa: E402
 
 # -----------------------------------------------------------------------------------------------------------------

@@ -278,11 +278,12 @@ def test_every_sweep_file_runs_itself(tmp_path):
 
 def test_sweeps_take_train_defaults_from_its_config_block():
     """The runner and the studies check a run's overrides and count its FLOPs against train.py's defaults read from
-    its config block (run_folder.train_defaults), not by importing the training script: the same keys, order and
+    its config block (recipe.train_defaults), not by importing the training script: the same keys, order and
     values as train.DEFAULTS, and no sweep file imports train."""
-    import run_folder
+    import recipe
+
     import train
-    assert list(run_folder.train_defaults().items()) == list(train.DEFAULTS.items())
+    assert list(recipe.train_defaults().items()) == list(train.DEFAULTS.items())
     for path in SWEEP_FILES + ['sweeps/sweep.py', 'sweeps/recipe.py']:
         with open(os.path.join(ROOT, path)) as f:
             assert not any(line.split()[:2] in (['import', 'train'], ['from', 'train']) for line in f), path

@@ -21,7 +21,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # sweeps/: the runner, the recipe
-from recipe import ROOT, builders, common, final_val, seed_rates, tune  # noqa: E402
+from recipe import ROOT, builders, common, final_val, seed_rates, train_defaults, tune  # noqa: E402
 
 name = 'cpu_code'
 jobs = 2
@@ -80,7 +80,7 @@ def layout(r):
     sys.path.insert(0, ROOT)
     import xmod
     from configurator import configure
-    from run_folder import sizes, train_defaults
+    from run_folder import sizes
     args = {**common, **{k: v for k, v in r.items() if k != 'name'}}
     cfg, _ = configure([f'--{k}={v}' for k, v in args.items()], train_defaults(), model=xmod.GPTConfig)
     with open(os.path.join(ROOT, 'data', cfg.dataset, 'meta.pkl'), 'rb') as f:

@@ -22,7 +22,7 @@ import sys
 import types
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # sweeps/: the runner, the recipe
-from recipe import ROOT, builders, common  # noqa: E402
+from recipe import ROOT, builders, common, train_defaults  # noqa: E402
 
 sys.path.insert(0, ROOT)
 import run_folder  # noqa: E402  (train.py's budget and cooldown rules, so the kept steps are the branch points)
@@ -45,7 +45,7 @@ def iters(tokens):
 
 def cooldown_start(tokens):
     """Where a WSD run of this budget starts its cooldown: train.py's own rule, at its default cooldown_frac."""
-    frac = run_folder.train_defaults()['cooldown_frac']
+    frac = train_defaults()['cooldown_frac']
     return run_folder.cooldown_start(types.SimpleNamespace(cooldown_frac=frac), iters(tokens))
 
 
