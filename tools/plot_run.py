@@ -1,8 +1,8 @@
 """
 tools/plot_run.py: one run's curves in one picture, from its run folder's log.csv and run.json.
 
-    python tools/plot_run.py out                    # out/curves.png
-    python tools/plot_run.py out --out=run.png      # somewhere else (or --out run.png)
+    python tools/plot_run.py out-xmod                    # out-xmod/curves.png (train.py's default folder)
+    python tools/plot_run.py out-xmod --out=run.png      # somewhere else (or --out run.png)
 
 Four panels, against tokens seen:
   1. loss: train (top-k routing, as trained), val with top-k routing and val with causal routing (the honest one);
