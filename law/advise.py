@@ -34,49 +34,35 @@ json = False                 # print the answer as JSON
 DEFAULTS = defaults_of(globals())
 
 
-def fitted_range(rows):
-    """What a fit saw, from fit.json's runs (the joint law's: dense and full X-MoD, not held out): each axis's
-    (low, high), and the X-MoD configurations (stride, capacity) it was fitted on."""
-    rows = [r for r in rows if not r['heldout'] and (r['model'] == 'dense' or r['variant'] == 'xmod')]
-    span = lambda k: (min(r[k] for r in rows), max(r[k] for r in rows))
-    configs = sorted({(r['stride'], r['capacity']) for r in rows if r['variant'] == 'xmod' and r['rho'] > 1 + 1e-12})
-    return dict(tokens=span('tokens'), params_active=span('params_active'), T=span('T'),
-                rho=span('rho'), configs=configs)
-
-
 def advise(fit, flops, block_size, n_embd, dense_layers, n_head=4, vocab_size=84, tol=0.02):
-    """The abstract's question for one budget: given training FLOPs, context and the dense model's shape (its active
-    size), which X-MoD configuration does the fitted joint law (fit.json's `joint`) predict best, and does any beat
-    the FLOP-matched dense model? Candidates: the (stride, capacity) configurations the fit saw, FLOP-matched to
-    this dense model (xmod.match_flops); each must stay inside the fit's range of tokens, active parameters,
-    context and rho, else the law is not asked (ValueError names the axis). Delta's 95% interval: percentiles over
-    the fit's bootstrap samples of the law's parameters, conditional on the law's form: null_tests says which of the
-    fit's held-out tests beat both nulls (a constant Delta, Delta = 0), beats_nulls whether all did; where not, the
-    verdict says so first. -> dict(dense, candidates, skipped, best, null_tests, beats_nulls, verdict)."""
+    """Which X-MoD configuration the fit's joint law predicts best at this budget, context and dense shape, and
+    whether any beats the FLOP-matched dense model. Candidates: the (stride, capacity) configurations the fit saw,
+    FLOP-matched to this dense model, inside the fit's range of tokens, active parameters, context and rho
+    (ValueError names the axis). Delta's 95% interval: percentiles over the fit's bootstrap samples, conditional on
+    the law's form. -> dict(dense, candidates, skipped, best, null_tests, beats_nulls, verdict)."""
     j = fit.get('joint') or {}
     if not j.get('fitted'):
         raise ValueError(f"the fit's joint law was not fitted ({j.get('note', 'fit_law.py without --joint')}): "
-                         f"refit it with fit_law.py --joint, or advise from a committed fit that has one, "
-                         f"results/cpu_tuned (each arm at its tuned rate)")
+                         "refit with fit_law.py --joint, or ask results/cpu_tuned")
     samples = (j.get('bootstrap') or {}).get('samples')
     if not samples:
-        raise ValueError("the fit has no bootstrap samples of the joint law (a fit.json written before --advise, or "
-                         "--bootstrap 0): refit it with fit_law.py --joint and --bootstrap of 20 or more")
+        raise ValueError("the fit has no bootstrap samples of the joint law: refit with fit_law.py --joint "
+                         "--bootstrap 20 or more")
     terms = j['terms']
     theta = np.array([j['coefficients'][n]['value'] for n in ['a', 'alpha', 'b', 'beta', 'e'] + terms])
-    seen = fitted_range(fit['runs'])
+    # what the joint law saw of fit.json's runs (dense and full X-MoD, not held out): each axis's (low, high)
+    rows = [r for r in fit['runs'] if not r['heldout'] and (r['model'] == 'dense' or r['variant'] == 'xmod')]
+    seen = {k: (min(r[k] for r in rows), max(r[k] for r in rows)) for k in ('tokens', 'params_active', 'T', 'rho')}
+    configs = sorted({(r['stride'], r['capacity']) for r in rows if r['variant'] == 'xmod' and r['rho'] > 1 + 1e-12})
 
     def inside(axis, value, what):
-        """Raise ValueError (naming the option, `what`) unless value is in the fit's (low, high) on
-        axis; the 1e-9 slack lets a value at the edge through despite rounding."""
         lo, hi = seen[axis]
         if not lo * (1 - 1e-9) <= value <= hi * (1 + 1e-9):
             raise ValueError(f"{what} gives {axis} = {value:.4g}, outside the fit's range {lo:.4g} to {hi:.4g}: "
                              f"the law is not asked to extrapolate")
 
     def shape(cfg):
-        """A config's law inputs at this budget: params_active, rho, fpt (forward FLOPs per token),
-        tokens (training FLOPs = 3 x fpt x tokens: forward and backward), T; built on 'meta'."""
+        """A config's law inputs at this budget (training FLOPs = 3 x forward FLOPs per token x tokens)."""
         with torch.device('meta'):
             m = GPT(cfg)
         fpt = flops_per_token(cfg)
@@ -90,7 +76,7 @@ def advise(fit, flops, block_size, n_embd, dense_layers, n_head=4, vocab_size=84
     inside('params_active', dense['params_active'], f'--n_embd={n_embd} --dense_layers={dense_layers}')
     inside('tokens', dense['tokens'], f'--flops={flops:g}')
     cands, skipped = [], []
-    for stride, capacity in seen['configs']:
+    for stride, capacity in configs:
         try:
             cfg = match_flops(dense_cfg, 'xmod', stride=stride, capacity=capacity, tol=tol)
         except ValueError as e:
@@ -117,8 +103,7 @@ def advise(fit, flops, block_size, n_embd, dense_layers, n_head=4, vocab_size=84
     dense['loss'] = float(point[0])
     winners = [c for c in cands if c['delta_ci'][1] < 0]
     best = min(winners, key=lambda c: c['delta']) if winners else None
-    # the intervals are over refits of one form: they hold only if the form does, which its held-out tests against
-    # a constant Delta and Delta = 0 (versus_nulls) are there to show
+    # the intervals are over refits of one form: they hold only if the form does, as its held-out tests show
     tests = {name: v['beats_null'] for name, v in j.get('heldout', {}).items() if 'beats_null' in v}
     beats = bool(tests) and all(tests.values())
     verdict = (f"xmod stride {best['stride']}, capacity {best['capacity']:.4f} ({best['layout']}): Delta "
@@ -132,24 +117,17 @@ def advise(fit, flops, block_size, n_embd, dense_layers, n_head=4, vocab_size=84
 
 
 def run(argv):
-    """The fit's joint law asked which X-MoD configuration to train at this budget, context and dense size
-    (advise); a table and one line, or JSON."""
     fits = []
     cfg, _ = configure(argv, DEFAULTS, doc=__doc__, source=__file__, positional=fits)
     if len(fits) != 1 or cfg.flops <= 0:
         raise UserError('give the fit to advise from and the training FLOPs: python -m law.advise FIT --flops=C '
                         '(FIT: a fit folder with a joint law, e.g. results/cpu_tuned)')
-    cfg.advise = fits[0]
-    path = cfg.advise if cfg.advise.endswith('.json') else os.path.join(cfg.advise, 'fit.json')
+    path = fits[0] if fits[0].endswith('.json') else os.path.join(fits[0], 'fit.json')
     try:
         with open(path) as f:
-            fit_json = jsonlib.load(f)
-    except (OSError, ValueError) as e:
-        raise UserError(f'{path}: cannot read a fit ({e})')
-    try:
-        out = advise(fit_json, cfg.flops, cfg.block_size, cfg.n_embd, cfg.dense_layers, cfg.n_head,
-                     cfg.vocab_size)
-    except ValueError as e:
+            out = advise(jsonlib.load(f), cfg.flops, cfg.block_size, cfg.n_embd, cfg.dense_layers, cfg.n_head,
+                         cfg.vocab_size)
+    except (OSError, ValueError) as e:      # unreadable, not JSON (a ValueError too), or a question the fit refuses
         raise UserError(f'{path}: {e}')
     if cfg.json:
         print(jsonlib.dumps(to_json(out), indent=1))

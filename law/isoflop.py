@@ -5,12 +5,10 @@ token; each arm's optimum is the vertex of a parabola in log N fitted to its see
 optima = L*(X-MoD) - L*(dense). N is params_total (non-embedding, every routed block counted; run.json), the axis
 MoD draws; params_active (what a token passes through) is reported beside it.
 
-The budget is the training FLOPs most of the runs share: runs more than BUDGET_TOL away (a glob that caught a run at
-another budget) are left out and said so. Only the seeds every size of every arm has are used, so that each seed is
-one draw of the whole picture: the interval of N*, L* and Delta resamples seeds with replacement (each draw keeps a
-seed's runs at every size of both arms together: they share its data order) and refits the parabolas. A vertex at or
-beyond the edge of the sizes measured is not an optimum the runs locate: it is clipped to the edge, flagged, and its
-interval is open on that side.
+The budget is the training FLOPs most of the runs share (runs more than BUDGET_TOL away are left out, warned). Only
+the seeds every size of every arm has are used: the intervals resample seeds with replacement, a seed's runs at every
+size of both arms together, and refit the parabolas. A vertex at or beyond an edge of the sizes is clipped to it,
+flagged, and its interval open on that side.
 
     python -m law.isoflop RUNS... --out DIR [--bootstrap 2000]          # isoflop.json, isoflop.md, isoflop.png
 """
@@ -31,9 +29,7 @@ BUDGET_TOL = 0.02        # runs within 2% of the budget's FLOPs are at it (match
 
 def arm_of(r):
     """'dense' or 'xmod' (full X-MoD at stride 4), None for a run the isoFLOP comparison does not draw."""
-    if r['variant'] == 'dense':
-        return 'dense'
-    return 'xmod' if r['variant'] == 'xmod' and r['stride'] == 4 else None
+    return 'dense' if r['variant'] == 'dense' else 'xmod' if r['variant'] == 'xmod' and r['stride'] == 4 else None
 
 
 def parabola(x, y):
@@ -45,10 +41,7 @@ def parabola(x, y):
 
 
 def optimum(coef, x, y):
-    """The minimum of the fitted parabola over log N -> (x*, L*, where): where is 'inside' for a vertex strictly
-    inside the sizes measured, 'below'/'above' for one at or beyond the smallest/largest (clipped to it), 'no minimum'
-    when the parabola opens downward (the lower end of the range is taken), 'too few sizes' without a parabola (the
-    best size measured)."""
+    """The minimum of the fitted parabola over the sizes measured -> (x*, L*, where: one of WHERE's keys)."""
     lo, hi = float(min(x)), float(max(x))
     if coef is None:
         i = int(np.argmin(y))
@@ -66,7 +59,7 @@ def optimum(coef, x, y):
     return t, f(t), 'inside'
 
 
-def select(runs, metric):
+def select(runs):
     """The runs at the budget, by arm and size: -> (budget, {arm: {n_embd: {seed: run}}}, the seeds used)."""
     use = [r for r in runs if arm_of(r)]
     if len(use) < len(runs):
@@ -91,8 +84,8 @@ def select(runs, metric):
 
 
 def fit_arm(sizes, seeds, metric, weights=None):
-    """One arm's parabola on its seed means at each size (weights: how often a bootstrap drew each seed) ->
-    (log N per size, mean loss per size, coefficients, optimum)."""
+    """One arm's parabola on its seed means (weights: a bootstrap's draws of each seed) -> (log N, mean loss per
+    size, coefficients, optimum)."""
     w = np.ones(len(seeds)) if weights is None else np.asarray(weights, float)
     x = np.array([math.log(sizes[n][seeds[0]]['params_total']) for n in sorted(sizes)])
     y = np.array([np.average([sizes[n][s]['loss'][metric] for s in seeds], weights=w) for n in sorted(sizes)])
@@ -101,37 +94,32 @@ def fit_arm(sizes, seeds, metric, weights=None):
 
 
 def analyse(runs, metric, n_boot, seed):
-    """isoflop.json: the budget, each arm's sizes (N, active N, tokens, the loss over seeds), its parabola and
-    optimum with seed-bootstrap intervals, and Delta at the optima."""
-    budget, grid, seeds = select(runs, metric)
+    """isoflop.json: the budget, each arm's sizes, parabola and optimum with intervals, and Delta at the optima."""
+    budget, grid, seeds = select(runs)
     if set(grid) != {'dense', 'xmod'}:
         raise UserError(f'the isoFLOP comparison needs both arms, dense and X-MoD stride 4; got {", ".join(grid)}')
     result = dict(metric=metric, budget=budget, seeds=seeds, N='params_total (non-embedding)', arms={})
-    fits = {}
     for arm, sizes in grid.items():
         x, y, coef, (xs, Ls, where) = fit_arm(sizes, seeds, metric)
-        fits[arm] = (x, Ls)
         rows = []
         for n in sorted(sizes):
             r0 = sizes[n][seeds[0]]
-            t = t_interval([sizes[n][s]['loss'][metric] for s in seeds])
             rows.append(dict(n_embd=n, n_layer=r0['n_layer'], params_total=r0['params_total'],
                              params_active=r0['params_active'], tokens=r0['tokens'], flops=r0['flops'],
                              lr=r0['config'].get('learning_rate'), capacity=r0['capacity'],
-                             losses=[sizes[n][s]['loss'][metric] for s in seeds], loss=t))
+                             losses=[sizes[n][s]['loss'][metric] for s in seeds],
+                             loss=t_interval([sizes[n][s]['loss'][metric] for s in seeds])))
         logs_act = [math.log(r['params_active']) for r in rows]
         result['arms'][arm] = dict(sizes=rows, coef=coef, N_opt=math.exp(xs), loss_opt=Ls, where=where,
                                    N_active_opt=math.exp(float(np.interp(xs, x, logs_act))),
                                    best_measured=rows[int(np.argmin(y))]['n_embd'])
-    result['delta_opt'] = fits['xmod'][1] - fits['dense'][1]
-    # Delta measured, no parabola in between, paired by seed (a seed's runs share its data order): at each width both
-    # arms ran, and between each arm's best measured size
+    result['delta_opt'] = result['arms']['xmod']['loss_opt'] - result['arms']['dense']['loss_opt']
+    # Delta measured, paired by seed: at each width both arms ran, and between each arm's best measured size
     pair = lambda nx, nd: t_interval([grid['xmod'][nx][s]['loss'][metric] - grid['dense'][nd][s]['loss'][metric]
                                       for s in seeds])
     widths = sorted(set(grid['dense']) & set(grid['xmod']))
     result['delta_by_width'] = [dict(n_embd=n, delta=pair(n, n)) for n in widths]
-    # does Delta move with the data ratio across the widths? a slope per seed against log(tokens per active N),
-    # then a t interval over the seeds (a seed is one draw of every width)
+    # does Delta move with log(tokens per active N) across the widths? a slope per seed, a t interval over seeds
     q = [math.log(grid['dense'][n][seeds[0]]['tokens'] / grid['dense'][n][seeds[0]]['params_active']) for n in widths]
     slopes = [float(np.polyfit(q, [grid['xmod'][n][s]['loss'][metric] - grid['dense'][n][s]['loss'][metric]
                                    for n in widths], 1)[0]) for s in seeds] if len(widths) > 1 else []
@@ -148,8 +136,7 @@ def analyse(runs, metric, n_boot, seed):
         boot['delta'].append(opt['xmod'][1] - opt['dense'][1])
     pct = lambda v: [float(x) for x in percentile_ci(v)] if len(v) > 1 else None
     for arm in grid:
-        b = boot[arm]
-        a = result['arms'][arm]
+        a, b = result['arms'][arm], boot[arm]
         a['N_opt_ci'] = pct([math.exp(t[0]) for t in b])
         a['loss_opt_ci'] = pct([t[1] for t in b])
         # a draw whose optimum is not inside the sizes did not locate one: the interval is open on that side
@@ -166,7 +153,6 @@ ARM_NAMES = {'dense': 'dense (4 layers)', 'xmod': 'X-MoD (stride 4)'}
 
 
 def to_markdown(result, command):
-    """isoflop.md: the sizes of each arm, the optima with their intervals, and Delta at the optima."""
     ci = lambda v, f: '' if v is None else f' [{v[0]:{f}}, {v[1]:{f}}]'
     b = result['bootstrap']
     lines = ['# IsoFLOP optima: each arm at its best size for one budget', '', '```', command, '```', '',
@@ -214,8 +200,8 @@ def to_markdown(result, command):
 
 
 def plot(result, path):
-    """isoflop.png: loss against N (log axis) for both arms, each seed a point, the seed means, the parabolas and
-    the optima (a star, its bootstrap interval of N* as a bar), as Mixture-of-Depths draws its isoFLOP curves."""
+    """isoflop.png: loss against N for both arms, each seed a point, the seed means, the parabolas and the optima
+    (a star, its interval of N* as a bar), as Mixture-of-Depths draws its isoFLOP curves."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -254,9 +240,7 @@ DEFAULTS = defaults_of(globals())
 
 
 def run(argv):
-    """Each arm's optimum at one training budget; writes isoflop.json, isoflop.md, isoflop.png into --out."""
     cfg = command_line(argv, DEFAULTS, __doc__, __file__, 'python -m law.isoflop RUNS... --out DIR')
-    WARNINGS.clear()
     result = analyse(load_runs(cfg.runs), cfg.metric, cfg.bootstrap, cfg.seed)
     result['warnings'] = list(WARNINGS)
     command = ('python -m law.isoflop ' + ' '.join(shlex.quote(r) for r in cfg.runs) + f' --out {cfg.out}'

@@ -10,15 +10,10 @@ adds coefficient x feature to one of d_A, d_alpha, d_B, d_beta (TERMS); an expon
 log(N/N0) or log(D/D0), so that a term moves the slope without moving the level at the reference point. A dense run
 has log(rho) = 0 and sees only the dense law (and 'context', the one term that is not scaled by log rho).
 
-Fitted like the dense law (Huber on log L, L-BFGS from the dense fit). The form is chosen by held-out error: backward
-elimination from all candidates, a term staying only if leaving it out makes the leave-one-configuration-out RMSE
-of Delta worse by more than SELECT_MARGIN (Delta = L_law(xmod) - L_law(its dense partner), each predicted; up to
-FOLDS configurations each is left out alone, beyond that in FOLDS folds, which keeps the selection to minutes). Then
-the chosen form is refitted without the largest budget, and without the largest width, and predicts those pairs'
-Delta; with the cross-validation's own predictions, three held-out tests (fit.json: joint.heldout.budget, .width,
-.configuration). Each is judged against two nulls, a constant Delta (the fitted pairs' mean) and Delta = 0, with a
-paired bootstrap interval of the difference in squared error (versus_nulls): a law is said to predict only where it
-beats both.
+Fitted like the dense law (Huber on log L, L-BFGS from the dense fit). The form is chosen as the relative law's is
+(law.terms.backward_select on the leave-one-configuration-out RMSE of Delta, in at most FOLDS folds). Three held-out
+tests (joint.heldout.budget, .width, .configuration: the largest budget, the largest width, the cross-validation's
+folds) each against a constant Delta and Delta = 0 (versus_nulls): a law is said to predict only where it beats both.
 """
 import math
 
@@ -45,8 +40,8 @@ TERMS = {
 
 
 def variables(runs):
-    """The law's inputs, each (n_runs,) float64: lN = log active parameters, lD = log tokens,
-    lr = log rho, lt = log(T/T0), ls = log(stride/S0) (0 for a run without a stride: dense)."""
+    """The law's inputs, each (n_runs,): lN = log active parameters, lD = log tokens, lr = log rho, lt = log(T/T0),
+    ls = log(stride/S0) (0 for dense)."""
     col = lambda f: np.array([f(r) for r in runs], dtype=np.float64)
     return dict(lN=col(lambda r: math.log(r['params_active'])), lD=col(lambda r: math.log(r['tokens'])),
                 lr=col(lambda r: math.log(r['rho'])), lt=col(lambda r: math.log(r['T'] / T0)),
@@ -54,13 +49,11 @@ def variables(runs):
 
 
 def design(v, terms):
-    """(n_runs, n_terms) features, each already multiplied by log(N/N0) or log(D/D0) for exponent slots."""
+    """(n_runs, n_terms) features; an exponent slot's times -log(N/N0) or -log(D/D0) (N^-alpha: the minus)."""
     cols = []
     for t in terms:
         slot, f = TERMS[t]
         x = f(v)
-        # the law subtracts its exponents' terms (N^-alpha), hence the minus; centred on N0 (D0), a
-        # term moves the slope and leaves the level at the reference point alone
         if slot == 'alpha':
             x = -x * (v['lN'] - math.log(N0))
         elif slot == 'beta':
@@ -69,14 +62,9 @@ def design(v, terms):
     return np.stack(cols, axis=1) if cols else np.zeros((len(v['lN']), 0))
 
 
-def slots(terms):
-    """Which of the two terms (size 0, data 1) each candidate term changes."""
-    return np.array([0 if TERMS[t][0] in ('a', 'alpha') else 1 for t in terms])
-
-
 def log_pred_torch(theta, v, X, which):
-    """log L for each run, (n_runs,), differentiable in theta = (a, alpha, b, beta, e, one
-    per term); tensors: v the variables, X = design(v, terms) (n_runs, n_terms), which = slots."""
+    """log L for each run, (n_runs,), differentiable in theta = (a, alpha, b, beta, e, one per term); tensors: v the
+    variables, X = design(v, terms) (n_runs, n_terms), which: each term's (size 0, data 1)."""
     a, alpha, b, beta, e = theta[:5]
     c = theta[5:]
     size = a - alpha * v['lN'] + (X[:, which == 0] @ c[which == 0] if (which == 0).any() else 0)
@@ -86,9 +74,10 @@ def log_pred_torch(theta, v, X, which):
 
 
 def inputs(runs, terms):
-    """The law's inputs for these runs and terms, as tensors: the variables, the terms' features, their slots."""
+    """The law's inputs as tensors: the variables, the terms' features, which of the size (0) or data (1) term each
+    changes."""
     v = variables(runs)
-    which = torch.as_tensor(slots(terms)) if terms else torch.zeros(0, dtype=torch.long)
+    which = torch.tensor([0 if TERMS[t][0] in ('a', 'alpha') else 1 for t in terms], dtype=torch.long)
     return {k: torch.as_tensor(x) for k, x in v.items()}, torch.as_tensor(design(v, terms)), which
 
 
@@ -102,11 +91,9 @@ def fit(runs, metric, terms, start, w=None, max_iter=500):
                             history_size=50, line_search_fn='strong_wolfe')
 
     def closure():
-        """L-BFGS calls this at each evaluation: the weighted Huber loss, its gradient in theta."""
         opt.zero_grad()
         r = log_pred_torch(theta, v, X, which)
-        # w: 1 per run, or a bootstrap's count of each run; / delta^2 measures the loss in units of
-        # delta^2, so that L-BFGS's tolerances bite (fit_law.py's OBJ_SCALE)
+        # w: a bootstrap's count of each run; in units of delta^2, so that L-BFGS's tolerances bite
         loss = (w * torch.nn.functional.huber_loss(r, logL, reduction='none', delta=HUBER_DELTA)).sum() / HUBER_DELTA ** 2
         loss.backward()
         return loss
@@ -117,7 +104,7 @@ def fit(runs, metric, terms, start, w=None, max_iter=500):
 
 
 def predict(runs, terms, theta):
-    """The law's loss L for each run, (n_runs,), given the terms and theta (5 + n_terms,)."""
+    """The law's loss L for each run, (n_runs,); theta (5 + n_terms,)."""
     v, X, which = inputs(runs, terms)
     with torch.no_grad():
         return np.exp(log_pred_torch(torch.as_tensor(theta), v, X, which).numpy())
@@ -130,19 +117,14 @@ def delta_pred(pairs, terms, theta):
 
 def start_from(dense_theta, terms, prev=None):
     """The dense fit's parameters and zero for every term (or a previous fit's values for the terms it had)."""
-    th = list(dense_theta) + [0.0] * len(terms)
-    if prev is not None:
-        prev_terms, prev_theta = prev
-        th[:5] = prev_theta[:5]
-        for i, t in enumerate(terms):
-            if t in prev_terms:
-                th[5 + i] = prev_theta[5 + prev_terms.index(t)]
-    return th
+    if prev is None:
+        return list(dense_theta) + [0.0] * len(terms)
+    prev_terms, prev_theta = prev
+    return list(prev_theta[:5]) + [prev_theta[5 + prev_terms.index(t)] if t in prev_terms else 0.0 for t in terms]
 
 
 def errors(obs, pred):
-    """How far predicted Delta is from observed, both (n_pairs,): n, the RMSE, the largest |error|,
-    and the share of pairs whose predicted sign is the observed one (None each without pairs)."""
+    """How far predicted Delta is from observed: n, the RMSE, the largest |error|, the share of signs right."""
     e = np.asarray(pred) - np.asarray(obs)
     return dict(n=len(e), rmse_delta=float(np.sqrt(np.mean(e ** 2))) if len(e) else None,
                 max_abs_delta=float(np.max(np.abs(e))) if len(e) else None,
@@ -150,12 +132,9 @@ def errors(obs, pred):
 
 
 def cv_predictions(fit_runs, pairs, metric, terms, theta0):
-    """Leave X-MoD configurations (all seeds of each) out, refit, predict their Delta. One configuration per fold up
-    to FOLDS configurations (leave one out), else FOLDS folds of every FOLDS-th one. -> (observed Delta, predicted
-    Delta, the constant-Delta null's prediction: the mean Delta of the pairs each fold kept), per held-out pair, or
-    None (fewer than 2 configurations, or a fit failed)."""
-    # configurations, not pairs, are left out: seeds of one configuration differ only by noise, so
-    # with a pair's sibling seeds in the fit the law would be tested on what it was fitted to
+    """Leave X-MoD configurations (all seeds of each) out, FOLDS folds at most, refit, predict their Delta. ->
+    (observed, predicted, the constant null's) Delta per pair, or None (under 2 configurations, or a fit failed)."""
+    # a configuration's seeds leave together: a sibling seed in the fit would test recall, not prediction
     keys = sorted({config_key(p['config'], with_seed=False) for p, _ in pairs})
     if len(keys) < 2:
         return None
@@ -175,14 +154,8 @@ def cv_predictions(fit_runs, pairs, metric, terms, theta0):
     return np.array(obs), np.array(pred), np.array(const)
 
 
-def cv_rmse(fit_runs, pairs, metric, terms, theta0):
-    """The RMSE of Delta over every pair, each predicted with its configuration left out (cv_predictions)."""
-    got = cv_predictions(fit_runs, pairs, metric, terms, theta0)
-    return None if got is None else errors(*got[:2])['rmse_delta']
-
-
 def testable(pairs, terms):
-    """Terms whose feature takes two values over the pairs (else the runs cannot tell them from the others)."""
+    """Terms whose feature takes two values over the pairs."""
     if not pairs:
         return []
     X = design(variables([p for p, _ in pairs]), list(TERMS))
@@ -190,8 +163,8 @@ def testable(pairs, terms):
 
 
 def select(fit_runs, pairs, metric, dense_theta):
-    """Backward elimination from every testable term (law.terms.backward_select), each form fitted from the one it is
-    a term short of and scored by the leave-one-configuration-out RMSE of Delta. Returns (terms, history)."""
+    """Backward elimination from every testable term, each form fitted from the one it is a term short of, scored
+    by the leave-one-configuration-out RMSE of Delta. -> (terms, history)."""
     terms = testable(pairs, list(TERMS))
     if 'context' not in terms and len({p['T'] for p in fit_runs}) > 1:
         terms.append('context')                     # dense runs at several contexts pin it even without pairs
@@ -203,14 +176,15 @@ def select(fit_runs, pairs, metric, dense_theta):
         if parent is not None:
             thetas[tuple(form)] = fit(fit_runs, metric, form,
                                       start_from(dense_theta, form, (parent, thetas[tuple(parent)])))
-        th = thetas[tuple(form)]
-        return cv_rmse(fit_runs, pairs, metric, form, th) if th is not None else None
+        got = None if thetas[tuple(form)] is None else cv_predictions(fit_runs, pairs, metric, form,
+                                                                       thetas[tuple(form)])
+        return None if got is None else errors(*got[:2])['rmse_delta']
     return backward_select(terms, score)
 
 
 def joint_fit(runs, metric, dense_theta, delta_std, n_boot, rng):
-    """The joint law on the runs not held out (dense, and full X-MoD with its dense partner), its form, intervals,
-    and the held-out budget and width tests. dense_theta: the dense law's (a, alpha, b, beta, e)."""
+    """The joint law on the runs not held out, its form, intervals and held-out tests (fit.json's `joint`).
+    dense_theta: the dense law's (a, alpha, b, beta, e)."""
     # X-MoD runs with rho > 1 only: at rho = 1 (log rho = 0) every rho term is zero
     use = lambda r: r['model'] == 'dense' or (r['variant'] == 'xmod' and r['rho'] > 1 + 1e-12)
     fit_runs = [r for r in runs if use(r) and not r['heldout']]
@@ -245,12 +219,10 @@ def joint_fit(runs, metric, dense_theta, delta_std, n_boot, rng):
                cv=dict(rmse_delta=history[-1]['cv_rmse_delta'],
                        scheme=f'X-MoD configurations left out, {FOLDS} folds (one each when fewer)'),
                seed_std_delta=delta_std, heldout={})
-    xmod_pairs = [(r, r['partner']) for r in runs if use(r) and r['model'] != 'dense' and r['partner'] is not None]
-    tests = {'budget': ('tokens', max(r['tokens'] for r, _ in xmod_pairs)),
-             'width': ('n_embd', max(r['n_embd'] for r, _ in xmod_pairs))}
-    for name, (key, value) in tests.items():
-        out['heldout'][name] = heldout_test([r for r in runs if use(r)], metric, terms, dense_theta, key, value,
-                                            delta_std)
+    paired = [r for r in runs if use(r) and r['model'] != 'dense' and r['partner'] is not None]
+    for name, key in (('budget', 'tokens'), ('width', 'n_embd')):     # the largest of each, held out
+        out['heldout'][name] = heldout_test([r for r in runs if use(r)], metric, terms, dense_theta, key,
+                                            max(r[key] for r in paired), delta_std)
     loco = cv_predictions(fit_runs, pairs, metric, terms, theta)
     if loco is not None:
         obs, pred, const = loco
@@ -262,8 +234,7 @@ def joint_fit(runs, metric, dense_theta, delta_std, n_boot, rng):
 
 
 def heldout_test(runs, metric, terms, dense_theta, key, value, delta_std):
-    """Refit the form without the runs whose `key` is `value` (dense and X-MoD alike) and predict those pairs' Delta;
-    beside it the constant-Delta null model (the fitted pairs' mean Delta)."""
+    """Refit the form without the runs whose `key` is `value` and predict those pairs' Delta, against the nulls."""
     inside = [r for r in runs if r[key] != value]
     held = [(r, r['partner']) for r in runs if r[key] == value and r['model'] != 'dense' and r['partner'] is not None]
     kept = {id(r) for r in inside}

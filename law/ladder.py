@@ -13,15 +13,11 @@ takes the best of those that did, and says so. The loss is val_loss_causal (caus
 are equal). A rung is a width; its FLOPs are its dense runs' at the width's largest budget (shorter budgets at the
 same width are WSD branches: points of the core curve, not rungs).
 
-Delta per rung: the mean over the paired seeds and its 95% t-interval on n - 1 degrees of freedom (law/stats.py).
-The slope: least squares of every paired seed's Delta on log10 of its rung's training FLOPs, per decade, with its 95%
-t-interval on n - 2 degrees of freedom (n: the Deltas over all rungs; the seeds of one rung are independent runs, and
-so are the rungs). The verdict, per routed arm, from that interval alone (DETECT: the slope the ladder is built to
-detect, docs/ladder.md; tests/test_gpu_ladder.py simulates the rule):
-  - falls: the interval lies below 0 (Delta falls as compute grows: sparse depth gains ground);
-  - grows: the interval lies above 0;
-  - flat: the interval lies inside +-DETECT per decade; then Delta at the widest rung says on which side;
-  - undecided: anything else (the interval holds 0 and slopes of DETECT or more).
+Delta per rung: the mean over the paired seeds and its 95% t-interval on n - 1 degrees of freedom. The slope: least
+squares of every paired seed's Delta on log10 of its rung's training FLOPs, with its 95% t-interval on n - 2 degrees
+of freedom (n: the Deltas over all rungs). The verdict, per routed arm, from that interval alone (verdict();
+docs/ladder.md says why, tests/test_gpu_ladder.py simulates it): falls, grows, flat (within +-DETECT per decade),
+or undecided.
 """
 import argparse
 import json
@@ -33,12 +29,13 @@ from functools import lru_cache
 
 import numpy as np
 
+from configurator import run_main
 from law.load import load_runs
+from law.report import write
 from law.stats import t_interval, t_ppf
 
 METRIC = 'val_loss_causal'
 DETECT = 0.011           # per decade: what the window ladder detects 80% of the time at SD 0.0074 (docs/ladder.md)
-VERDICTS = ('falls', 'grows', 'flat', 'undecided')
 
 
 def arm_of(r):
@@ -65,15 +62,11 @@ def chosen_rate(by_lr, seed0=0):
     return min(sorted(done), key=lambda lr: done[lr]), len(done) == len(by_lr)
 
 
-@lru_cache(maxsize=None)
-def t975(df):
-    """Student's t 0.975 quantile at df degrees of freedom (law/stats.py), computed once per df."""
-    return t_ppf(0.975, df)
+t975 = lru_cache(None)(lambda df: t_ppf(0.975, df))     # computed once per df: the simulations call it often
 
 
 def slope_fit(xs, ys):
-    """Least squares of ys on xs: dict(slope, se, df, lo, hi, n) with a 95% t-interval on n - 2 degrees of freedom;
-    None below 3 points or with a single x."""
+    """Least squares of ys on xs: dict(slope, se, df, lo, hi, n), a 95% t-interval; None below 3 points or one x."""
     x, y = np.asarray(xs, float), np.asarray(ys, float)
     n = len(x)
     if n < 3 or np.ptp(x) == 0:
@@ -87,7 +80,8 @@ def slope_fit(xs, ys):
 
 
 def verdict(fit, top=None, detect=DETECT):
-    """(one of VERDICTS, a sentence) from the slope's interval, and, where flat, the widest rung's Delta interval."""
+    """(falls, grows, flat or undecided, a sentence) from the slope's interval; where flat, the widest rung's Delta
+    says on which side."""
     if fit is None:
         return 'undecided', 'undecided: fewer than two rungs with a Delta (or under 3 Deltas)'
     ci = f"[{fit['lo']:+.4f}, {fit['hi']:+.4f}] per decade, t({fit['df']})"
@@ -96,11 +90,10 @@ def verdict(fit, top=None, detect=DETECT):
     if fit['lo'] > 0:
         return 'grows', f'grows: Delta grows with compute, slope {ci}: sparse depth loses ground on this ladder'
     if -detect < fit['lo'] and fit['hi'] < detect:
-        side = ''
-        if top and top.get('lo') is not None:
-            side = ('; behind dense at the widest rung (its interval above 0): depth routing as built does not pay '
-                    'here' if top['lo'] > 0 else '; ahead of dense at the widest rung (its interval below 0)'
-                    if top['hi'] < 0 else '; level with dense at the widest rung (its interval holds 0)')
+        side = '' if not top or top.get('lo') is None else (
+            '; behind dense at the widest rung (its interval above 0): depth routing as built does not pay here'
+            if top['lo'] > 0 else '; ahead of dense at the widest rung (its interval below 0)' if top['hi'] < 0
+            else '; level with dense at the widest rung (its interval holds 0)')
         return 'flat', f'flat: the slope {ci} lies within +-{detect} per decade{side}'
     return 'undecided', f'undecided: the slope {ci} holds 0 and slopes of +-{detect} per decade'
 
@@ -121,12 +114,7 @@ def analyse(runs, windows=(), detect=DETECT):
     arms = sorted({a for a, _, _ in g})
     routed = [a for a in arms if a != 'dense']
     # each arm's rate at each width, chosen at the width's largest budget; shorter budgets (branches) follow it
-    rate = {}
-    for arm in arms:
-        for w in widths:
-            by_lr = g.get((arm, w, top[w]))
-            if by_lr:
-                rate[(arm, w)] = chosen_rate(by_lr)
+    rate = {(arm, w): chosen_rate(g[(arm, w, top[w])]) for arm in arms for w in widths if g.get((arm, w, top[w]))}
     flops = {}
     for w in widths:
         dense = [r['flops'] for by_seed in g.get(('dense', w, top[w]), {}).values() for r in by_seed.values()]
@@ -275,39 +263,24 @@ def save(fig, ax, path, **labels):
     plt.close(fig)
 
 
-def read_windows(folders):
-    """Each window folder's window.json (what sweeps/gpu_window.sh writes), with the folder's name."""
-    out = []
-    for f in folders:
-        path = os.path.join(f, 'window.json')
-        if os.path.isfile(path):
-            with open(path) as fh:
-                out.append(dict(json.load(fh), name=os.path.basename(os.path.normpath(f))))
-    return out
-
-
 def main(argv):
     p = argparse.ArgumentParser(prog='python -m law.ladder', description=__doc__.split('\n\n')[0].strip())
     p.add_argument('runs', nargs='+', help='run folders, or folders of run folders (globs as fit_law.py takes them)')
     p.add_argument('--out', required=True, help='where ladder.md, ladder.json, delta.png and curves.png go')
-    p.add_argument('--windows', nargs='*', default=[], help='window folders (window.json each): the table of which '
-                   'window produced which runs')
-    p.add_argument('--detect', type=float, default=DETECT, help='the slope per decade the ladder is built to detect '
-                   f'(the margin of a flat verdict): {DETECT} for the window plan, 0.006 for the full plan')
+    p.add_argument('--windows', nargs='*', default=[], help='window folders (window.json each): which made which runs')
+    p.add_argument('--detect', type=float, default=DETECT, help='the margin of a flat verdict, per decade: '
+                   f'{DETECT} for the window plan, 0.006 for the full plan')
     args = p.parse_args(argv)
-    runs = load_runs(args.runs)
-    result = analyse(runs, read_windows(args.windows), args.detect)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, 'ladder.json'), 'w') as f:
-        json.dump(result, f, indent=1, default=str)
+    # each window folder's window.json (what sweeps/gpu_window.sh writes), with the folder's name
+    windows = [dict(json.load(open(os.path.join(f, 'window.json'))), name=os.path.basename(os.path.normpath(f)))
+               for f in args.windows if os.path.isfile(os.path.join(f, 'window.json'))]
+    result = analyse(load_runs(args.runs), windows, args.detect)
     md = to_markdown(result)
-    with open(os.path.join(args.out, 'ladder.md'), 'w') as f:
-        f.write(md + '\n')
+    write(args.out, {'ladder.json': json.dumps(result, indent=1, default=str), 'ladder.md': md + '\n'})
     plots(result, args.out)
     print(md)
     return 0
 
 
 if __name__ == '__main__':
-    from configurator import run_main
     sys.exit(run_main('law.ladder', main))

@@ -37,12 +37,11 @@ TOKENS_TOL = 0.01
 FPT_TOL = 0.02
 
 
-WARNINGS = []
+WARNINGS = []              # fit.json's and the modes' `warnings`; command_line empties it
 PROG = ['fit_law.py']      # the command that warns: command_line sets it (python -m law.rates, ...)
 
 
 def warn(msg):
-    """Print a warning to stderr and keep it in WARNINGS (fit.json's `warnings`, summary.md)."""
     WARNINGS.append(msg)
     print(f'{PROG[0]}: warning: {msg}', file=sys.stderr)
 
@@ -51,8 +50,7 @@ def warn(msg):
 # reading runs
 
 def find_run_dirs(patterns):
-    """Each argument must yield a run directory or a .csv file; what a glob also catches (stray files, a fit) is
-    passed over."""
+    """Each argument must yield a run directory or a .csv file; what a glob also catches (a fit) is passed over."""
     dirs = []
     for p in patterns:
         matches = sorted(glob.glob(p)) if any(c in p for c in '*?[') else [p]
@@ -71,13 +69,13 @@ def find_run_dirs(patterns):
             raise UserError(f'{p}: no run.json in it or below it, and not a .csv file of runs')
         dirs += found
     unique = {}
-    for d in dirs:  # the same directory reached twice (overlapping globs) is read once
+    for d in dirs:  # overlapping globs: a directory is read once
         unique.setdefault(os.path.realpath(d), d)
     return list(unique.values())
 
 
 def load_log(path):
-    """log.csv -> {column: np.array} for the columns we use, after checking the contract."""
+    """log.csv -> {column: np.array} for USED_COLUMNS, after checking the contract."""
     try:
         with open(path, newline='') as f:
             rows = [r for r in csv.reader(f) if r]
@@ -109,7 +107,6 @@ def load_log(path):
 
 
 def positive_number(meta, key, path):
-    """run.json's meta[key] as a float; UserError unless it is a positive finite number."""
     v = meta[key]
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
         raise UserError(f'{path}: {key} must be a positive finite number, got {v!r}')
@@ -123,7 +120,7 @@ BEFORE_SWITCH = dict(router='learned', bce_logits='centred', resid_init='layers'
 
 def model_of(meta, path):
     """The run's model as xmod.GPTConfig builds it from run.json's "model_config" (or "config" in older runs), given
-    only GPTConfig's fields, so that a field added to or dropped from GPTConfig does not break old runs."""
+    only GPTConfig's fields (one added to or dropped from it does not break old runs)."""
     src = 'model_config' if 'model_config' in meta else 'config'
     given = meta[src]
     if not isinstance(given, dict):
@@ -146,11 +143,8 @@ ROUTER_KNOBS = ('router_bce', 'router_momentum', 'router_zloss')   # a run with 
 
 
 def variant(mc):
-    """The family, with its ablations told apart: 'xmod' is the full recipe; a router knob away from its default
-    is named with its value (e.g. 'xmod-mom0' for the per-step quantile threshold), and so is a depth-balance
-    coefficient other than X-MoD's ('xmod-nobal', 'xmod-bal0.5'), random routing ('xmod-random'), the other router
-    BCE ('xmod-raw', 'mod-centred'), the active-depth init ('xmod-active') and an MoE's capacity factor ('moe-cf1'),
-    so the law never mixes them in."""
+    """The family, with its ablations told apart so that the law never mixes them in: 'xmod' is the full recipe,
+    'xmod-mom0', 'xmod-bal0.5', 'xmod-nobal', 'xmod-random', 'xmod-raw', 'mod-centred', 'xmod-active', 'moe-cf1', ..."""
     family = xmod.GPTConfig(model=mc.model)
     if mc.model == 'moe':
         cf = mc.expert_capacity_factor
@@ -176,10 +170,8 @@ SORTS_AS = {'router_bce': 'router_aux', 'depth_balance': 'balance', 'moe_balance
 
 
 def config_key(cfg, with_seed=True):
-    """A run's configuration as one string, equal for equal experiments (IGNORE_KEYS and wandb keys
-    out, keys sorted, SORTS_AS): runs group by it, and it gives them their canonical order (load_runs),
-    the order the bootstrap draws from. with_seed=False gives the configuration's key, the same for all
-    its seeds."""
+    """A run's configuration as one string, equal for equal experiments (IGNORE_KEYS and wandb keys out, keys
+    sorted, SORTS_AS): runs group and are ordered by it (load_runs). with_seed=False: the same for all seeds."""
     c = {k: v for k, v in cfg.items() if k not in IGNORE_KEYS and not k.startswith('wandb')}
     if not with_seed:
         c.pop('seed', None)
@@ -187,8 +179,8 @@ def config_key(cfg, with_seed=True):
 
 
 def check_final(meta, last, jpath, lpath):
-    """The last log.csv row must be the evaluation run.json records as "final"."""
-    final = meta['final'] if isinstance(meta.get('final'), dict) else {}  # older runs may not record it
+    """The last log.csv row must be the evaluation run.json records as "final" (older runs may not record it)."""
+    final = meta['final'] if isinstance(meta.get('final'), dict) else {}
     # tolerances (absolute, relative): step exact, tokens to rounding, flops 0.1%, losses 1e-4 nats
     for k, tol_abs, tol_rel in (('step', 0, 0), ('tokens', 0.5, 1e-9), ('flops', 0, 1e-3), ('val_loss', 1e-4, 0),
                                 ('val_loss_causal', 1e-4, 0)):
@@ -202,7 +194,7 @@ def check_final(meta, last, jpath, lpath):
 
 
 def load_run(d):
-    """One run directory -> a dict, or None (with a warning) for an unfinished run."""
+    """One run directory -> a dict, or None (warned) for an unfinished run."""
     jpath = os.path.join(d, 'run.json')
     try:
         with open(jpath) as f:
@@ -217,9 +209,8 @@ def load_run(d):
     if not isinstance(meta['config'], dict):
         raise UserError(f'{jpath}: "config" is not an object')
     mc = model_of(meta, jpath)
-    # the config as --holdout, grouping and the duplicate check see it: gate, depth_balance
-    # and the router knobs as the model resolved them, so a run from before a knob existed groups with a later one
-    # that left it at its default
+    # the config as --holdout, grouping and the duplicate check see it: the model's switches as it resolved them, so
+    # a run from before a knob existed groups with a later one that left it at its default
     cfg = dict(meta['config'], gate=mc.gate, depth_balance=mc.depth_balance,
                **{k: getattr(mc, k) for k in ROUTER_KNOBS + tuple(BEFORE_SWITCH)})
     if isinstance(meta['seed'], bool) or not isinstance(meta['seed'], int):
@@ -257,10 +248,8 @@ CSV_PAIR_COLUMNS = ('run', 'N_active', 'T', 'stride', 'partner')   # an X-MoD ro
 
 
 def load_csv(path):
-    """A CSV of runs, one row each (docs/fit_law.md): N (params_total, non-embedding), D (training tokens), loss;
-    optional model (dense or xmod), run (a name), seed, flops (6 N D when absent: the loss-against-FLOPs plot only);
-    an xmod row also N_active, T (context), stride and partner (the run name of its FLOP-matched dense partner).
-    -> the runs as load_run gives them, each X-MoD row already paired; loss is both metrics'."""
+    """A CSV of runs, one row each (docs/fit_law.md: the columns) -> the runs as load_run gives them, each X-MoD
+    row already paired; loss is both metrics'."""
     try:
         with open(path, newline='') as f:
             rows = list(csv.DictReader(f))
@@ -268,15 +257,15 @@ def load_csv(path):
         raise UserError(f'{path}: cannot read ({e})')
     if not rows:
         raise UserError(f'{path}: no rows')
-    runs, by_name = [], {}
+    by_name = {}
     for line, row in enumerate(rows, start=2):
         row = {k.strip(): (v or '').strip() for k, v in row.items() if k}
         model = row.get('model') or 'dense'
         need = CSV_COLUMNS + (CSV_PAIR_COLUMNS if model == 'xmod' else ())
-        if model not in ('dense', 'xmod') or any(not row.get(k) for k in need):
-            raise UserError(f'{path}: line {line}: ' + (f'model {model!r}: expected dense or xmod' if model not in
-                            ('dense', 'xmod') else f'needs {", ".join(need)}' + ' (an xmod row pairs with its dense '
-                            'partner)' * (model == 'xmod')))
+        if model not in ('dense', 'xmod'):
+            raise UserError(f'{path}: line {line}: model {model!r}: expected dense or xmod')
+        if any(not row.get(k) for k in need):
+            raise UserError(f'{path}: line {line}: needs {", ".join(need)}')
         try:
             num = {k: float(row[k]) for k in ('N', 'D', 'loss', 'N_active', 'T', 'stride', 'seed', 'flops')
                    if row.get(k)}
@@ -291,14 +280,13 @@ def load_csv(path):
         if name in by_name:
             raise UserError(f'{path}: line {line}: run {name!r} is named twice')
         T, stride = (int(num[k]) if k in num else None for k in ('T', 'stride'))
-        config = dict(model=model, N=N, N_active=n_active, D=num['D'], T=T, stride=stride)
-        r = dict(dir=path, name=name, config=config, meta={}, model=model, variant=model, dataset=path, n_layer=None,
-                 n_embd=None, T=T or 0, stride=stride, capacity=None, seed=int(num.get('seed', 0)), params_total=N,
-                 params_active=n_active, rho=N / n_active, fpt=None, tokens=num['D'],
-                 flops=num.get('flops', 6 * N * num['D']), step=None, loss={m: num['loss'] for m in METRICS},
-                 log=None, partner=row.get('partner') or None, heldout=False)
-        runs.append(r)
-        by_name[name] = r
+        by_name[name] = dict(
+            dir=path, name=name, config=dict(model=model, N=N, N_active=n_active, D=num['D'], T=T, stride=stride),
+            meta={}, model=model, variant=model, dataset=path, n_layer=None, n_embd=None, T=T or 0, stride=stride,
+            capacity=None, seed=int(num.get('seed', 0)), params_total=N, params_active=n_active, rho=N / n_active,
+            fpt=None, tokens=num['D'], flops=num.get('flops', 6 * N * num['D']), step=None,
+            loss={m: num['loss'] for m in METRICS}, log=None, partner=row.get('partner') or None, heldout=False)
+    runs = list(by_name.values())
     for r in runs:
         if r['partner'] is not None:
             d = by_name.get(r['partner'])
@@ -310,19 +298,17 @@ def load_csv(path):
 
 def load_runs(patterns, one_corpus=True):
     """The finished runs of patterns (run folders, or CSV files of runs), each read once, in one canonical order.
-    one_corpus=False lets runs on several corpora in (python -m law.regimes: a law of Delta, each X-MoD paired on its
-    own corpus); else they are refused."""
+    one_corpus=False lets runs on several corpora in (python -m law.regimes); else they are refused."""
     runs = []
     for d in find_run_dirs(patterns):
         runs += load_csv(d) if d.endswith('.csv') else [r for r in [load_run(d)] if r is not None]
     if not runs:
         raise UserError(f'{" ".join(patterns)}: no finished runs')
-    seen, unique = {}, []
+    seen = {}
     for r in runs:
         k = config_key(r['config']) + f'|seed={r["seed"]}'
         first = seen.get(k)
-        # training is deterministic: two sweeps that both ran one configuration and seed end on the same numbers,
-        # and that run is read once; the same config and seed with other numbers is refused
+        # training is deterministic: one configuration and seed in two sweeps is one run, unless its numbers differ
         if first is not None and (first['loss'], first['tokens'], first['step']) == (r['loss'], r['tokens'], r['step']):
             warn(f'{os.path.join(r["dir"], "run.json")}: the same run as {os.path.join(first["dir"], "run.json")} '
                  f'(config, seed and final losses), read once')
@@ -331,16 +317,14 @@ def load_runs(patterns, one_corpus=True):
             raise UserError(f'{os.path.join(r["dir"], "run.json")}: duplicate run, the same config and seed as '
                             f'{os.path.join(first["dir"], "run.json")}, with other final losses')
         seen[k] = r
-        unique.append(r)
-    runs = unique
+    runs = list(seen.values())
     corpora = Counter(r['dataset'] for r in runs)
-    if one_corpus and len(corpora) > 1:        # losses on two corpora are not one law, nor one rate table; nor are they pairs
+    if one_corpus and len(corpora) > 1:
         raise UserError(f'{" ".join(patterns)}: runs on {len(corpora)} corpora ('
                         + ', '.join(f'{k}: {n}' for k, n in sorted(corpora.items()))
                         + '): a law or a rate table is per corpus; give the runs of one (Delta across corpora: '
                         'python -m law.regimes)')
-    # one canonical order, by configuration and seed, whatever the order and globs of the arguments: the bootstrap's
-    # resamples then draw the same runs, so any command line gives the same fit.json
+    # one order whatever the arguments': the bootstrap draws the same runs, any command line gives the same fit.json
     runs.sort(key=lambda r: (config_key(r['config'], with_seed=False), r['seed']))
     # short names for tables: the relative path, minus the prefix all runs share
     folders = [r for r in runs if r['log'] is not None]       # a CSV's runs keep their own names
@@ -357,18 +341,13 @@ def load_runs(patterns, one_corpus=True):
 # the optimizer recipe, with the defaults of runs made before a key existed
 RECIPE = (('learning_rate', None), ('min_lr', None), ('warmup_iters', None), ('decay_lr', True),
           ('lr_schedule', 'cosine'), ('cooldown_frac', 0.2))
-
-
-def recipe(cfg):
-    """The run's optimizer recipe, a tuple in RECIPE's order, for telling partners apart."""
-    return tuple(cfg.get(k, default) for k, default in RECIPE)
+recipe = lambda cfg: tuple(cfg.get(k, default) for k, default in RECIPE)
 
 
 def pair_runs(runs):
-    """Give every sparse run its FLOP-matched dense partner (same n_embd, block_size, seed; tokens within 1%;
-    flops_per_token within 2%; the closest in flops_per_token; among equals, one trained with the same optimizer
-    recipe, so that a learning-rate sweep pairs rate with rate and a WSD branch pairs with a WSD branch).
-    Skip, with a warning, the ones that have none."""
+    """Give every sparse run its FLOP-matched dense partner (same n_embd, block_size, seed, corpus; tokens and
+    flops_per_token within TOKENS_TOL and FPT_TOL): the closest in flops_per_token, then the same optimizer recipe
+    (a rate sweep pairs rate with rate, a WSD branch with a WSD branch). Warn for those without one."""
     dense = [r for r in runs if r['model'] == 'dense']
     sparse = [r for r in runs if r['model'] != 'dense']
     for r in (r for r in sparse if r['partner'] is None):      # a CSV's rows come paired
@@ -377,7 +356,6 @@ def pair_runs(runs):
                  and abs(d['tokens'] - r['tokens']) <= TOKENS_TOL * max(d['tokens'], r['tokens'])
                  and abs(r['fpt'] / d['fpt'] - 1) <= FPT_TOL]
         if cands:
-            # the closest in FLOPs per token (in ratio), then the fewest recipe keys that differ
             other = lambda d: sum(a != b for a, b in zip(recipe(d['config']), recipe(r['config'])))
             r['partner'] = min(cands, key=lambda d: (abs(math.log(r['fpt'] / d['fpt'])), other(d),
                                                      abs(d['tokens'] - r['tokens']), d['name']))
@@ -396,7 +374,7 @@ CONDITION = re.compile(r"""(\w+)\s*([=!<>]+|\s\w+\b)\s*('[^']*'|"[^"]*"|[^\s'"=!
 
 
 def parse_filter(text, keys, max_tokens_all):
-    """One --holdout value, conditions KEY OP VALUE joined by 'and' or ',' -> [(key, op, value)]."""
+    """One --holdout value, KEY OP VALUE joined by 'and' or ',' -> [(key, op, value)]."""
     conditions = []
     for part in re.split(r',|\sand\s', text):
         m = CONDITION.fullmatch(part.strip())
@@ -424,7 +402,7 @@ def parse_filter(text, keys, max_tokens_all):
 
 
 def mark_heldout(filters, runs):
-    """Set r['heldout']: a run is held out when it matches every condition of at least one of the --holdout filters."""
+    """r['heldout']: whether a run matches every condition of at least one --holdout filter."""
     spaces = []
     for r in runs:  # what a filter can ask of a run: config keys, top-level numeric run.json fields, rho, tokens
         numbers = {k: v for k, v in r['meta'].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
@@ -444,7 +422,7 @@ def mark_heldout(filters, runs):
 
 
 def pair_heldout(r):
-    """Whether r's pair is held out: when the run or its dense partner is (a pair goes whole)."""
+    """Whether r's pair is held out: the run or its dense partner is (a pair goes whole)."""
     return r['heldout'] or (r['partner'] is not None and r['partner']['heldout'])
 
 
@@ -459,7 +437,7 @@ def dense_shortfalls(N, D):
 
 
 def check_fittable(runs, patterns):
-    """Refuse runs from which no law can be read: a dense law alone, on runs that cannot pin it down."""
+    """Refuse runs from which no law can be read."""
     dense = [r for r in runs if r['model'] == 'dense' and not r['heldout']]
     if not dense:
         raise UserError(f'{" ".join(patterns)}: no dense run to fit the dense law '
@@ -484,14 +462,14 @@ MOVED = {'lr': 'python -m law.rates RUNS... --out DIR', 'panel': 'python -m law.
 
 
 def command_line(argv, defaults, doc, source, usage):
-    """argv -> its config (configurator.configure), the runs (bare arguments) as cfg.runs; refuses (UserError) no
-    runs or no --out, an unknown --metric, a negative --bootstrap, and fit_law.py's old modes (MOVED). usage: the
-    command, for the message."""
+    """argv -> its config, the runs (bare arguments) as cfg.runs; refuses no runs or no --out, an unknown --metric,
+    a negative --bootstrap, and fit_law.py's old modes (MOVED). usage: the command, for the message."""
     for a in argv:
         key = a[2:].split('=')[0] if a.startswith('--') and usage.startswith('python fit_law.py') else None
         if key in MOVED:
             raise UserError(f'--{key} is no longer a mode of fit_law.py: {MOVED[key]}')
     runs = []
+    WARNINGS.clear()
     PROG[0] = usage.split(' RUNS')[0].replace('python fit_law.py', 'fit_law.py')   # as run_main names it
     cfg, _ = configure(argv, defaults, doc=doc, source=source, positional=runs)
     cfg.runs = runs

@@ -5,13 +5,10 @@ learning-rate sweep (sweeps/study/cpu_lr.py); and fit_law.py --tuned's rule, the
     python -m law.rates RUNS... --out DIR [--panel] [--metric val_loss]     # lr.json, lr.md, lr_vs_loss.png
 
 An arm is a family variant at one stride and capacity, width, context, budget and schedule (a WSD branch counts as
-the WSD run of its budget, which it equals). Its best rate: the lowest seed-0 loss, or among rates within 0.005 of it
-the lowest mean of their shared seeds (best_rate). Delta = sparse - dense at the same width, context and training
-FLOPs (dense_key), paired by seed, with each arm at its own best rate (the fair comparison: a sparse model and its
-dense partner need not share a best rate) and with both at each shared rate (how much the rate alone moves the
-verdict). Every mean +- SE comes with its 95% t interval (law/stats.py); the comparisons at the best rates with a
-paired t test's p and Holm's adjustment over the table; and, since seed 0 chose the rate and sits in its mean, Delta
-on the seeds after it beside it. docs/fit_law.md has the rest.
+the WSD run of its budget, which it equals); its best rate: best_rate. Delta = sparse - dense at the same width,
+context and training FLOPs (dense_key), paired by seed, each arm at its own best rate (a sparse model and its dense
+partner need not share one) and both at each shared rate; with 95% t intervals, paired t tests with Holm's
+adjustment over the table, and Delta on the seeds after seed 0, the one that chose the rate. docs/fit_law.md.
 """
 import csv
 import json
@@ -30,9 +27,8 @@ from law.stats import fmt_t, holm, t_interval
 
 
 def layout(r):
-    """(stride, capacity) of a routed model, (None, None) for one that routes nothing."""
-    # the capacity is rounded so that one configuration read from several runs is one arm, whatever float noise
-    # its computation (FLOP matching, routed_k) left in each; the MoE routes among experts, not over depth
+    """(stride, capacity) of a routed model, (None, None) for one that routes nothing (dense, and the MoE: it routes
+    among experts, not over depth); the capacity rounded, so that float noise does not split one arm in two."""
     return (None, None) if r['model'] in ('dense', 'moe') else (r['stride'], round(r['capacity'], 4))
 
 
@@ -42,8 +38,8 @@ def label(a):
 
 
 def arm_key(r):
-    """(variant, n_embd, T, tokens, schedule, stride, capacity): a run's arm, everything but its rate and seed."""
-    # a run from before lr_schedule existed was trained with the cosine schedule, so it joins the cosine arm
+    """(variant, n_embd, T, tokens, schedule, stride, capacity): a run's arm, everything but its rate and seed (a run
+    from before lr_schedule existed was trained with the cosine schedule)."""
     return (r['variant'], r['n_embd'], r['T'], r['tokens'], r['config'].get('lr_schedule', 'cosine'), *layout(r))
 
 
@@ -58,32 +54,26 @@ def arms(runs, metric):
 CLOSE = 0.005     # rates this close in seed 0 are told apart by their seeds' mean (sweeps/study/cpu_lr.py, seed_rates)
 
 
-def best_rate(by_lr, how=False):
-    """An arm's best peak rate: the lowest seed-0 loss; where other rates are within CLOSE of it in seed 0 and
-    they share seeds beyond seed 0 (the sweeps seed every such rate), the lowest mean over their shared seeds. One
-    seed cannot tell rates 0.005 apart: picking by it alone favours the lucky seed. None without seed 0. how=True:
-    (the rate, how it was chosen: 'seed 0', or 'seed mean' when the seeds' mean told close rates apart)."""
+def best_rate(by_lr):
+    """(an arm's best peak rate, how it was chosen): the lowest seed-0 loss ('seed 0'); where other rates are within
+    CLOSE of it in seed 0 and they share seeds beyond seed 0 (the sweeps seed every such rate), the lowest mean over
+    their shared seeds ('seed mean': one seed cannot tell rates 0.005 apart). (None, None) without seed 0."""
     grid = [lr for lr in by_lr if 0 in by_lr[lr]]     # the sweeps scan rates at seed 0 only
     if not grid:
-        return (None, None) if how else None
+        return None, None
     best = min(grid, key=lambda lr: by_lr[lr][0])
     close = [lr for lr in grid if by_lr[lr][0] - by_lr[best][0] <= CLOSE]
     # only the seeds every close rate has: a mean over different seeds would compare the seeds, not the rates
     seeds = sorted(set.intersection(*(set(by_lr[lr]) for lr in close)))
     if len(close) > 1 and len(seeds) > 1:
-        best = min(close, key=lambda lr: np.mean([by_lr[lr][s] for s in seeds]))
-    return (best, 'seed mean' if len(close) > 1 and len(seeds) > 1 else 'seed 0') if how else best
+        return min(close, key=lambda lr: np.mean([by_lr[lr][s] for s in seeds])), 'seed mean'
+    return best, 'seed 0'
 
 
 def tuned_runs(runs, metric):
-    """Only the runs, all seeds, at their arm's best rate (fit_law.py --tuned); an arm run at one rate keeps it."""
-    table = arms(runs, metric)
-    # the same rule as lr.json's best_lr, so that a tuned fit and the rate table agree on every arm's rate
-    best = {key: best_rate(by_lr) for key, by_lr in table.items()}
+    """Only the runs, all seeds, at their arm's best rate (fit_law.py --tuned; lr.json's best_lr, the same rule)."""
+    best = {key: best_rate(by_lr)[0] for key, by_lr in arms(runs, metric).items()}
     return [r for r in runs if r['config']['learning_rate'] == best[arm_key(r)]]
-
-
-SCREEN_SEED = 0      # the seed the sweeps scan rates on (sweeps/study/cpu_lr.py)
 
 
 def paired_delta(sparse, dense, drop=()):
@@ -97,14 +87,11 @@ def paired_delta(sparse, dense, drop=()):
 
 
 def routing(run_dirs):
-    """What the routers did in a set of runs (the seeds of an arm at one rate), from each log.csv: per run, the
-    final mean gate on the tokens each routed layer took (gate_mean_l; gate_l for a plain gate logged before
-    gate_mean_l existed), the lowest and highest such gate over all evaluations, and the final agreement between
-    the causal threshold's choice and top-k's (router_acc_l, averaged over layers), and the gate's final slope on
-    the tokens taken (gate_slope_l, d gate / d score: near 0, a saturated sigmoid passes the language model's
-    gradient to the router no more), lowest and highest over layers, None where the runs did not log it. None for
-    a model without routed layers. -> dict(gate_final_min, gate_final_max, gate_ever_min, gate_ever_max, agreement,
-    slope_final_min, slope_final_max), means over runs of each run's figure (the extremes over layers)."""
+    """What the routers did in the seeds of an arm at one rate, from each log.csv, means over the runs: the mean
+    gate on the tokens a routed layer took (gate_mean_l; gate_l for a plain gate logged before it), lowest and highest
+    over layers at the end and over every evaluation; the causal threshold's agreement with top-k (router_acc_l) at
+    the end; the gate's slope d gate / d score at the end (gate_slope_l, None where not logged). None without
+    routed layers."""
     per_run = []
     for d in run_dirs:
         with open(os.path.join(d, 'log.csv'), newline='') as f:
@@ -113,16 +100,13 @@ def routing(run_dirs):
         layers = sorted(int(k[len('router_acc_'):]) for k in rows[0] if k.startswith('router_acc_'))
         if not layers:
             return None
-        col = 'gate_mean_' if f'gate_mean_{layers[0]}' in rows[0] else None
-        if col is None:
+        col = 'gate_mean_' if f'gate_mean_{layers[0]}' in rows[0] else 'gate_'
+        if col == 'gate_':
             with open(os.path.join(d, 'run.json')) as f:
-                plain = json.load(f)['config'].get('gate') == 'plain'
-            if not plain:
-                continue                  # an older variance-gate run logged its gain only
-            col = 'gate_'
-        # a statistic a row did not log is an empty cell (run_folder writes ''): such a row has no gate to read
+                if json.load(f)['config'].get('gate') != 'plain':
+                    continue                  # an older variance-gate run logged its gain only
+        # a row that did not log the statistic has an empty cell
         gates = np.array([[float(r[f'{col}{l}']) for l in layers] for r in rows if r[f'{col}{layers[0]}'] != ''])
-        # the slope at the last evaluation that logged one (older runs have no gate_slope_l column)
         slopes = [[float(r[f'gate_slope_{l}']) for l in layers] for r in rows
                   if r.get(f'gate_slope_{layers[0]}', '') not in ('', None)]
         per_run.append(dict(gate_final_min=gates[-1].min(), gate_final_max=gates[-1].max(),
@@ -140,8 +124,8 @@ FLOPS_TOL = 0.02     # arms this close in training FLOPs are FLOP-matched (law/l
 
 
 def same_flops(key, flops):
-    """The arms of key's width, context and schedule whose training FLOPs are within FLOPS_TOL of key's, the
-    nearest first: its FLOP-matched partners, whatever their token budgets. flops: {arm_key: training FLOPs}."""
+    """key's FLOP-matched arms (its width, context and schedule, training FLOPs within FLOPS_TOL, any budget), the
+    nearest first. flops: {arm_key: training FLOPs}."""
     width, T, schedule = key[1], key[2], key[4]
     near = [k for k in flops if (k[1], k[2], k[4]) == (width, T, schedule)
             and abs(flops[k] / flops[key] - 1) <= FLOPS_TOL]
@@ -149,20 +133,17 @@ def same_flops(key, flops):
 
 
 def dense_key(key, flops):
-    """The dense arm a sparse arm is paired with: of its width, context and schedule, at the same training FLOPs
-    (a model FLOP-matched by its token budget, as MoD at c 0.125 on 1.80M tokens, meets the dense model of the
-    budget it was matched to, not a dense run of its own token count); failing that, at the same budget (a model
-    that is not FLOP-matched, as the MoE at capacity factor 1.25). None without either."""
-    variant, width, T, tokens, schedule, stride, capacity = key
+    """The dense arm a sparse arm is paired with: at the same training FLOPs (MoD at c 0.125 on 1.80M tokens meets
+    the dense model of the budget it was matched to); failing that, at the same budget (the MoE at capacity factor
+    1.25, not FLOP-matched). None without either."""
     cands = [k for k in same_flops(key, flops) if k[0] == 'dense']
-    fallback = ('dense', width, T, tokens, schedule, None, None)
+    fallback = ('dense', *key[1:5], None, None)
     return cands[0] if cands else fallback if fallback in flops else None
 
 
 def reference_key(key, best, flops):
-    """The arm every variant is also compared with: full X-MoD at stride 4 at the same width, context, schedule and
-    training FLOPs (the capacity nearest 0.125 where there are several), or None."""
-    # the study's reference configuration (docs/results.md): the baselines and ablations are read against it
+    """The arm every variant is also compared with, the study's reference: X-MoD at stride 4 FLOP-matched to key
+    (the capacity nearest 0.125 where there are several), or None."""
     cands = [k for k in same_flops(key, flops) if k[0] == 'xmod' and k[5] == 4 and k in best]
     return min(cands, key=lambda k: abs(math.log(k[6] / 0.125))) if cands else None
 
@@ -183,7 +164,7 @@ def analyse(runs, metric):
         grid = sorted(lr for lr in by_lr if 0 in by_lr[lr])
         if not grid:
             continue
-        lr_best, how = best_rate(by_lr, how=True)
+        lr_best, how = best_rate(by_lr)
         at_best = t_interval(list(by_lr[lr_best].values()))
         # a best rate at the grid's edge may not be the best rate at all: the table flags it for a wider scan
         edge = len(grid) > 1 and lr_best in (grid[0], grid[-1])
@@ -210,7 +191,7 @@ def analyse(runs, metric):
                    lr_dense=best[dkey],
                    tuned=paired_delta(sparse[lr_s], dense[best[dkey]]),
                    # the seeds the rates were not screened on: seed 0 chose them and would flatter the chosen
-                   unscreened=paired_delta(sparse[lr_s], dense[best[dkey]], drop=(SCREEN_SEED,)),
+                   unscreened=paired_delta(sparse[lr_s], dense[best[dkey]], drop=(0,)),
                    lr_xmod=best[xkey] if xkey else None,
                    vs_xmod=paired_delta(sparse[lr_s], table[xkey][best[xkey]]) if xkey else None,
                    shared={lr: paired_delta(sparse[lr], dense[lr]) for lr in sorted(set(sparse) & set(dense))})
@@ -224,19 +205,18 @@ def analyse(runs, metric):
 
 
 def fmt_delta(d):
-    """'+0.0097 ± 0.0033, 95% t(4) [+0.0005, +0.0190] (n=5)', the mean alone for one seed, '-' for none."""
+    """'+0.0097 ± 0.0033, 95% t(4) [+0.0005, +0.0190] (n=5)'; '-' for none."""
     return '-' if d is None else f"{fmt_t(d)} (n={d['n']})"
 
 
 def fmt_p(d):
-    """'p 0.031, Holm 0.28' for a Delta with a t test, '-' without one."""
     if d is None or d.get('p') is None:
         return '-'
     return f"p {d['p']:.2g}" + (f", Holm {d['p_holm']:.2g}" if d.get('p_holm') is not None else '')
 
 
 def fmt_loss(a):
-    """An arm's loss at its best rate: '1.7087 ± 0.0035, 95% t(4) [1.6990, 1.7184] (5)'."""
+    """'1.7087 ± 0.0035, 95% t(4) [1.6990, 1.7184] (5)': an arm's loss at its best rate."""
     if a['best_se'] is None:
         return f"{a['best_mean']:.4f} ({a['best_seeds']})"
     return (f"{a['best_mean']:.4f} ± {a['best_se']:.4f}, 95% t({a['best_df']}) [{a['best_ci'][0]:.4f}, "
@@ -244,8 +224,7 @@ def fmt_loss(a):
 
 
 def routers_md(arms_, name=label):
-    """The routers table of lr.md and panel.md, a row per routed arm (lr.json's arms with routing); name: an arm's
-    name in its first column."""
+    """The routers table of lr.md and panel.md, a row per routed arm (lr.json's arms with routing)."""
     slope = lambda g: '-' if g['slope_final_min'] is None else f"{g['slope_final_min']:.3g}, {g['slope_final_max']:.3g}"
     lines = ['The routers at each arm\'s best rate, means over its seeds: the mean gate on the tokens a routed layer '
              'took, lowest and highest over layers at the end and over every evaluation; the agreement of the causal '
@@ -304,8 +283,7 @@ PANEL_NAMES = {('dense', None): 'dense', ('xmod', 4): 'X-MoD (stride 4)', ('xmod
 
 
 def panel_label(a):
-    """An arm's name in panel.md: PANEL_NAMES, MoD with its capacity (c 0.367 as published FLOP-matched by depth,
-    c 0.125 its paper's), law.rates.label for any other."""
+    """An arm's name in panel.md: PANEL_NAMES, MoD with its capacity, label() for any other."""
     name = PANEL_NAMES.get((a['variant'], a['stride'])) or PANEL_NAMES.get((a['variant'], None))
     if name is None:
         return label(a)
@@ -313,12 +291,8 @@ def panel_label(a):
 
 
 def panel_md(by_metric, command):
-    """panel.md: every arm at its own best rate against the dense model of the same width, context and training
-    FLOPs, one table per metric; by_metric: {metric: analyse()'s result}, the primary metric first. Each Delta with
-    its 95% t interval, a paired t test's p and its Holm adjustment over the table's comparisons; beside the
-    primary Delta, the same on the seeds after the screening seed."""
-    metrics = list(by_metric)
-    first = by_metric[metrics[0]]
+    """panel.md: every arm at its own best rate against its dense partner, one table per metric; by_metric:
+    {metric: analyse()'s result}, the primary metric first."""
     lines = ['# The panel: each arm at its own best learning rate', '', '```', command, '```', '',
              'Means over seeds ± one standard error, 95% t interval on n - 1 degrees of freedom. Delta = arm - dense '
              '(or - X-MoD stride 4), paired by seed, the partner at the same width, context and training FLOPs (a '
@@ -326,21 +300,20 @@ def panel_md(by_metric, command):
              "adjusted over the table's comparisons (a comparison holds at 5% when its Holm p is below 0.05). Each "
              'best rate is chosen on seed 0 (by the seed mean between rates within 0.005 of each other there), and '
              'seed 0 enters the mean: "seeds 1+" is Delta without it.']
-    for metric in metrics:
-        res = by_metric[metric]
-        deltas = {(d['variant'], d['n_embd'], d['T'], d['tokens'], d['schedule'], d['stride'], d['capacity']): d
-                  for d in res['deltas']}
+    key = lambda a: (a['variant'], a['n_embd'], a['T'], a['tokens'], a['schedule'], a['stride'], a['capacity'])
+    for metric, res in by_metric.items():
+        deltas = {key(d): d for d in res['deltas']}
         for dense in [a for a in res['arms'] if a['variant'] == 'dense']:
             dk = (dense['n_embd'], dense['T'], dense['tokens'], dense['schedule'])
-            rows = [(a, deltas.get((a['variant'], a['n_embd'], a['T'], a['tokens'], a['schedule'], a['stride'],
-                                    a['capacity']))) for a in res['arms'] if a['variant'] != 'dense']
-            rows = [(a, d) for a, d in rows if d and (d['n_embd'], d['T'], d['dense_tokens'], d['schedule']) == dk]
-            rows.sort(key=lambda ad: panel_rank(ad[0]))
+            rows = [(a, deltas.get(key(a))) for a in res['arms'] if a['variant'] != 'dense']
+            rows = sorted([(a, d) for a, d in rows if d and (d['n_embd'], d['T'], d['dense_tokens'], d['schedule'])
+                           == dk], key=lambda ad: panel_rank(ad[0]))
             if not rows:
                 continue
             held = [f"{panel_label(a)} - {'dense' if k == 'tuned' else 'X-MoD'}" for a, d in rows
                     for k in ('tuned', 'vs_xmod') if d[k] and d[k].get('p_holm') is not None and d[k]['p_holm'] < 0.05]
-            lines += ['', f"## {metric}: width {dense['n_embd']}, T={dense['T']}, {schedule_words(dense)}", '',
+            lines += ['', f"## {metric}: width {dense['n_embd']}, T={dense['T']}, {dense['tokens'] / 1e6:.2f}M tokens, "
+                      f"{dense['schedule']}", '',
                       f"{res['n_comparisons']} comparisons; at 5% after Holm: "
                       + (', '.join(held) if held else 'none') + '.', '',
                       '| arm | seeds | rate (chosen by) | tokens | loss | Delta vs dense | p (Holm) | Delta vs dense, '
@@ -352,28 +325,22 @@ def panel_md(by_metric, command):
                              f"{int(a['tokens']):,} | {fmt_loss(a)} | {fmt_delta(d['tuned'])} | {fmt_p(d['tuned'])} | "
                              f"{fmt_delta(d.get('unscreened'))} | {fmt_delta(d.get('vs_xmod'))} | "
                              f"{fmt_p(d.get('vs_xmod'))} |")
-    routed = [a for a in first['arms'] if a.get('routing')]
+    routed = [a for a in next(iter(by_metric.values()))['arms'] if a.get('routing')]
     if routed:
         lines += ['', '## The routers', ''] + routers_md(routed, panel_label)
     return '\n'.join(lines) + '\n'
 
 
 def panel_rank(a):
-    """An arm's place in panel.md: PANEL_NAMES' order (the reference X-MoD first), then by capacity."""
+    """An arm's place in panel.md: PANEL_NAMES' order, then by capacity."""
     keys = list(PANEL_NAMES)
     k = (a['variant'], a['stride']) if (a['variant'], a['stride']) in PANEL_NAMES else (a['variant'], None)
     return (keys.index(k) if k in keys else len(keys), label(a), -(a['capacity'] or 0))
 
 
-def schedule_words(a):
-    """'2.00M tokens, cosine' for an arm (the dense one of a panel)."""
-    return f"{a['tokens'] / 1e6:.2f}M tokens, {a['schedule']}"
-
-
 def plot(result, path):
-    """lr_vs_loss.png: one panel per width, context, budget and schedule; each arm's seed-0 loss against the peak
-    rate (a line), every seed's loss at every rate it was run at (points), and its seeds' mean +- 1 standard error
-    at its best rate: how sharp each arm's optimum is, and how far the seeds spread around it."""
+    """lr_vs_loss.png: per width, context, budget and schedule, each arm's seed-0 loss against the peak rate (a
+    line), every seed's loss (points), and its seeds' mean +- 1 SE at its best rate."""
     import matplotlib
     matplotlib.use('Agg')           # files only: no display is needed, as on a cluster node
     import matplotlib.pyplot as plt
@@ -418,7 +385,6 @@ DEFAULTS = defaults_of(globals())
 
 
 def run(argv):
-    """The learning-rate table of a rate sweep, and with --panel panel.md; writes them into --out."""
     cfg = command_line(argv, DEFAULTS, __doc__, __file__, 'python -m law.rates RUNS... --out DIR')
     runs = load_runs(cfg.runs)
     result = analyse(runs, cfg.metric)

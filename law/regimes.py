@@ -7,27 +7,22 @@ Delta, X-MoD's loss minus its FLOP-matched dense partner's on the same corpus an
                         [+ context_correction*log(T/T0)] [+ corpus_<name>*[corpus is name]])
 
 q = training tokens per active parameter of the dense partner (D / N_act), q0 = D0/N0 (the reference pair's, 2.5).
-The first two terms are the relative law's always-in terms; the bracketed ones are the candidates. A candidate stays
-only if leaving it out makes the leave-one-configuration-out RMSE of Delta worse by more than SELECT_MARGIN, the
-relative law's rule. The chosen form is then tested on what it was not fitted on, each test against the two nulls of
-the panel (law.joint.versus_nulls: a constant Delta, the fitted pairs' mean, and Delta = 0):
-  configuration     each configuration's pairs (all seeds), predicted by a fit without them;
-  tokens_per_param  the pairs at the largest q, predicted by a fit on the smaller ones;
-  context           the pairs at the longest context, by a fit on the shorter ones;
-  corpus_<name>     one corpus's pairs, by a fit on the others' (its corpus term then cannot be fitted).
-In a refit, a term the remaining pairs cannot constrain is left out (its coefficient 0).
+The bracketed terms are candidates, chosen by the relative law's rule (leave-one-configuration-out RMSE of Delta).
+The chosen form is then tested, against a constant Delta and Delta = 0 (versus_nulls), on what it was not fitted on:
+each configuration; the pairs at the largest q; at the longest context; each corpus but the reference. In a refit, a
+term the remaining pairs cannot constrain is left out (its coefficient 0).
 
-Where Delta crosses zero: with tokens_per_param in the form (forced in when the selection dropped it: "the fitted
-trend"), Delta / log(rho) = level + tokens_per_param * log(q/q0) for each corpus at T = T0 and s = s0, which is 0 at
-q* = q0 * exp(-level / tokens_per_param). A cluster bootstrap over configurations (a configuration's seeds go
-together: they share everything but the seed) gives its interval, and Delta's at q = REACH_Q, the most tokens per
-parameter this machine reaches in a two-hour one-thread run.
+Where Delta crosses zero: with tokens_per_param in the form (forced in when the selection dropped it),
+Delta / log(rho) = level + tokens_per_param * log(q/q0) for each corpus at T = T0 and s = s0, 0 at
+q* = q0 * exp(-level / tokens_per_param); a cluster bootstrap over configurations gives its interval, and Delta's at
+q = REACH_Q, the most tokens per parameter this machine reaches in a two-hour one-thread run.
 
     python -m law.regimes RUNS... --out DIR [--bootstrap 2000]          # regimes.json, regimes.md, regimes.png
 """
 
 import math
 import sys
+from collections import Counter
 
 import numpy as np
 
@@ -63,17 +58,14 @@ def regime_pairs(runs, metric):
 
 
 def reference_corpus(pairs):
-    """The corpus the other corpora's terms are read against: the reference pair's (REFERENCE_CORPUS) when it is
-    there, else the one with the most pairs (ties: by name)."""
-    counts = {}
-    for p in pairs:
-        counts[p['corpus']] = counts.get(p['corpus'], 0) + 1
+    """The corpus the other corpora's terms are read against: REFERENCE_CORPUS when it is there, else the one with
+    the most pairs (ties: by name)."""
+    counts = Counter(p['corpus'] for p in pairs)
     return min(counts, key=lambda c: (c != REFERENCE_CORPUS, -counts[c], c))
 
 
 def candidates(pairs, ref):
-    """The candidate terms' names: CANDIDATES, then corpus_<name> for each corpus but the
-    reference, whose level capacity_gain carries (terms for all would sum to its column)."""
+    """CANDIDATES, then corpus_<name> for each corpus but the reference, whose level capacity_gain carries."""
     return list(CANDIDATES) + [f'corpus_{c}' for c in sorted({p['corpus'] for p in pairs}) if c != ref]
 
 
@@ -95,16 +87,16 @@ def feature(p, term):
 
 
 def design(pairs, terms):
-    """The features, (n_pairs, n_terms): Delta is linear in the coefficients (least squares)."""
+    """The features, (n_pairs, n_terms): Delta is linear in the coefficients."""
     return np.array([[feature(p, t) for t in terms] for p in pairs], dtype=np.float64).reshape(len(pairs), len(terms))
 
 
 def identified(pairs, terms):
-    """The terms, in order, that the pairs constrain: each one raises the rank of the design (else it is left out)."""
+    """The terms, in order, that the pairs constrain: each one raises the rank of the design (a column that does
+    not is zero or a mix of kept ones: its coefficient would be arbitrary)."""
     X, kept = design(pairs, terms), []
     for j, t in enumerate(terms):
         cols = [terms.index(k) for k in kept] + [j]
-        # a column that adds no rank is zero or a mix of kept ones: its coefficient is arbitrary
         if np.linalg.matrix_rank(X[:, cols], tol=1e-9) == len(cols):
             kept.append(t)
     return kept
@@ -120,15 +112,14 @@ def solve(pairs, terms):
 
 
 def predict(coef, pairs):
-    """The law's Delta for each pair, (n_pairs,), from {term: coefficient} (no term: all 0)."""
+    """The law's Delta for each pair, (n_pairs,), from {term: coefficient}."""
     terms = list(coef)
     return design(pairs, terms) @ np.array([coef[t] for t in terms]) if terms else np.zeros(len(pairs))
 
 
 def cv(pairs, terms):
     """Leave one configuration out -> (each pair's prediction, each pair's fold mean: the constant null's)."""
-    # a configuration's seeds leave together: they differ only by noise, so a sibling seed in the
-    # fit would make the test one of recall, not prediction (docs/design.md, 'Choosing the form')
+    # a configuration's seeds leave together: a sibling seed in the fit would test recall, not prediction
     pred, const = np.zeros(len(pairs)), np.zeros(len(pairs))
     for c in {p['config'] for p in pairs}:
         out = [i for i, p in enumerate(pairs) if p['config'] == c]
@@ -139,13 +130,12 @@ def cv(pairs, terms):
 
 
 def rmse(obs, pred):
-    """Root mean squared error of Delta, obs and pred (n_pairs,), in the loss's nats per token."""
     return float(np.sqrt(np.mean((np.asarray(obs) - np.asarray(pred)) ** 2)))
 
 
 def select(pairs, cands):
-    """Backward elimination from BASE + every identified candidate (law.terms.backward_select), scored by the
-    leave-one-configuration-out RMSE of Delta. -> (terms, history)."""
+    """Backward elimination from BASE + every identified candidate, scored by the leave-one-configuration-out RMSE
+    of Delta. -> (terms, history)."""
     obs = [p['delta'] for p in pairs]
     terms = list(BASE) + [t for t in cands if t in identified(pairs, list(BASE) + cands)]
     return backward_select(terms, lambda form, parent: rmse(obs, cv(pairs, form)[0]), keep=BASE)
@@ -154,16 +144,13 @@ def select(pairs, cands):
 def heldout_tests(pairs, terms, ref):
     """Each held-out test of the chosen form (see the module's docstring), against the two nulls."""
     obs = np.array([p['delta'] for p in pairs])
-    tests = {}
-    pred, const = cv(pairs, terms)
-    tests['configuration'] = (np.ones(len(pairs), bool), pred, const)
+    tests = {'configuration': (np.ones(len(pairs), bool), *cv(pairs, terms))}
     q_max, T_max = max(p['q'] for p in pairs), max(p['T'] for p in pairs)
     # held-out pairs as (n_pairs,) masks; 1% slack: all pairs at the largest q, despite rounding
     masks = {'tokens_per_param': np.array([p['q'] >= q_max * 0.99 for p in pairs]),
-             'context': np.array([p['T'] == T_max for p in pairs])}
-    for c in sorted({p['corpus'] for p in pairs}):
-        if c != ref:
-            masks[f'corpus_{c}'] = np.array([p['corpus'] == c for p in pairs])
+             'context': np.array([p['T'] == T_max for p in pairs]),
+             **{f'corpus_{c}': np.array([p['corpus'] == c for p in pairs])
+                for c in sorted({p['corpus'] for p in pairs}) if c != ref}}
     for name, m in masks.items():
         rest = [p for p, held in zip(pairs, m) if not held]
         if m.all() or not m.any():                 # nothing to fit on, or nothing to predict
@@ -196,28 +183,26 @@ def crossing_q(coef, corpus, ref):
 
 def cluster_bootstrap(pairs, terms, n_boot, seed):
     """Refits of the form on configurations drawn with replacement, each with all its seeds (they share everything
-    but the seed, so a configuration, not a pair, is one draw); draws that cannot constrain every term are dropped."""
+    but the seed); draws that cannot constrain every term are dropped."""
     configs = sorted({p['config'] for p in pairs}, key=str)    # fixed order: a seed, its draws
     by_config = {c: [p for p in pairs if p['config'] == c] for c in configs}
     rng, samples = np.random.default_rng(seed), []
     for _ in range(n_boot):
         b = solve([p for i in rng.integers(0, len(configs), len(configs)) for p in by_config[configs[i]]], terms)
-        if len(b) == len(terms):                   # else the draw could not constrain a term
+        if len(b) == len(terms):
             samples.append(b)
     return samples
 
 
 def intervals(samples, terms):
-    """{term: [2.5%, 97.5%]}: each coefficient's 95% interval over the cluster-bootstrap refits
-    (list of {term: coefficient}); None for each when no refit was valid."""
+    """{term: [2.5%, 97.5%]} over the cluster-bootstrap refits; None for each when no refit was valid."""
     return {t: [rank_quantile([s[t] for s in samples], 0.025), rank_quantile([s[t] for s in samples], 0.975)]
             if samples else None for t in terms}
 
 
 def crossings(pairs, terms, ref, n_boot, seed):
     """Per corpus: the trend's slope, q*, Delta/log(rho) at the largest q measured and at REACH_Q, each with a 95%
-    cluster-bootstrap interval, from the form with tokens_per_param in it."""
-    # the trend in q is read even where the selection dropped it (the docstring's 'fitted trend')
+    cluster-bootstrap interval, from the form with tokens_per_param in it (forced in where the selection dropped it)."""
     forced = 'tokens_per_param' not in terms
     terms = list(terms) + ['tokens_per_param'] * forced
     coef = solve(pairs, terms)
@@ -244,18 +229,15 @@ def crossings(pairs, terms, ref, n_boot, seed):
 
 def verdict(cross):
     """One sentence per corpus: does Delta cross zero within reach? 'Established' needs the whole interval of
-    Delta/log(rho) at REACH_Q below 0; a point estimate alone that crosses is said to be one."""
+    Delta/log(rho) at REACH_Q below 0."""
     lines = []
     for corpus, c in cross['corpora'].items():
         q, ci = c['q_cross'], c.get('q_cross_ci')
         where = 'never: the trend does not fall as q grows' if math.isinf(q) else f'at q = {q:.3g}'
         span = f' (95% interval [{ci[0]:.3g}, {ci[1]:.3g}])' if ci else ''
-        if 'at_reach_ci' in c and c['at_reach_ci'][1] < 0:
-            within = 'yes, established: the whole interval of Delta at the reach is below 0'
-        elif c['q_max_measured'] < q <= REACH_Q:
-            within = 'by the point estimate only, not established'
-        else:
-            within = 'no'
+        within = ('yes, established: the whole interval of Delta at the reach is below 0' if 'at_reach_ci' in c and
+                  c['at_reach_ci'][1] < 0 else 'by the point estimate only, not established'
+                  if c['q_max_measured'] < q <= REACH_Q else 'no')
         at = f"{c['at_reach']:+.4f}" + (f" [{c['at_reach_ci'][0]:+.4f}, {c['at_reach_ci'][1]:+.4f}]"
                                         if 'at_reach_ci' in c else '')
         lines.append(f'{corpus}: Delta crosses 0 {where}{span}; within reach (q <= {REACH_Q:g}): {within}. '
@@ -264,8 +246,7 @@ def verdict(cross):
 
 
 def fit_regimes(runs, metric, n_boot, seed):
-    """runs: law.load.load_runs(..., one_corpus=False), all rates -> (the law's result for regimes.json, the pairs).
-    Each corpus keeps its tuned runs (law.rates.tuned_runs, the rule of fit_law.py --tuned), then pairs them."""
+    """runs of any corpora and rates -> (regimes.json's result, the pairs), from each corpus's tuned runs."""
     tuned = []
     for corpus in sorted({r['dataset'] for r in runs}):
         tuned += tuned_runs([r for r in runs if r['dataset'] == corpus], metric)
@@ -278,13 +259,12 @@ def fit_regimes(runs, metric, n_boot, seed):
     cands = candidates(pairs, ref)
     terms, history = select(pairs, cands)
     coef = solve(pairs, terms)
-    obs = np.array([p['delta'] for p in pairs])
     for p, pred in zip(pairs, predict(coef, pairs)):
         p['pred'] = float(pred)
     result = dict(metric=metric, n_runs=len(tuned), n_pairs=len(pairs), n_configs=len({p['config'] for p in pairs}),
                   reference_corpus=ref, q0=Q0, T0=T0, s0=S0, reach_q=REACH_Q, candidates=cands, terms=terms,
                   coefficients=coef, coefficient_ci=intervals(cluster_bootstrap(pairs, terms, n_boot, seed), terms),
-                  selection=history, fit_rmse_delta=rmse(obs, predict(coef, pairs)),
+                  selection=history, fit_rmse_delta=rmse([p['delta'] for p in pairs], predict(coef, pairs)),
                   heldout=heldout_tests(pairs, terms, ref), crossing=crossings(pairs, terms, ref, n_boot, seed))
     result['verdict'] = verdict(result['crossing'])
     return result, pairs
@@ -294,23 +274,20 @@ def fit_regimes(runs, metric, n_boot, seed):
 # what it found, for people: regimes.md and regimes.png
 
 def config_rows(pairs):
-    """One row per configuration: seed mean and standard error of Delta, and the law's prediction."""
+    """One row per configuration: Delta over its seeds, and the law's prediction."""
     rows = []
     for c in sorted({p['config'] for p in pairs}, key=lambda c: (c[0], c[2], c[1], c[3], str(c[4:]))):
         ps = [p for p in pairs if p['config'] == c]
-        d = np.array([p['delta'] for p in ps])
-        se = d.std(ddof=1) / math.sqrt(len(d)) if len(d) > 1 else None
-        t = t_interval(d)
+        t = t_interval([p['delta'] for p in ps])
         rows.append(dict(corpus=c[0], n_embd=c[1], T=c[2], tokens=c[3], stride=c[4], capacity=c[5], schedule=c[6],
-                         rho=ps[0]['rho'], q=ps[0]['q'], n=len(ps), delta=float(d.mean()), se=se, df=t['df'],
+                         rho=ps[0]['rho'], q=ps[0]['q'], n=len(ps), delta=t['mean'], se=t['se'], df=t['df'],
                          ci=None if t['lo'] is None else [t['lo'], t['hi']],
                          pred=float(np.mean([p['pred'] for p in ps]))))
     return rows
 
 
 def summary_md(result, pairs, command):
-    """regimes.md's text from fit_regimes' result and pairs (with 'pred'): the runs, the selection,
-    the held-out tests against the two nulls, where Delta crosses 0; command: the command line."""
+    """regimes.md: the runs, the selection, the held-out tests against the two nulls, where Delta crosses 0."""
     ci = lambda v: '(no interval)' if v is None else f'[{v[0]:+.4f}, {v[1]:+.4f}]'
     lines = ['# Delta across regimes: corpora, contexts, tokens per active parameter', '', '```', command, '```', '',
              f"{result['n_pairs']} X-MoD runs paired by seed with their FLOP-matched dense partners, in "
@@ -366,15 +343,12 @@ def summary_md(result, pairs, command):
 
 
 def feature_name(term):
-    """A term's feature as summary_md writes it in the form ('' for capacity_gain: a constant)."""
-    names = {'capacity_gain': '', 'stride_interaction': 'log(s/s0)', 'tokens_per_param': 'log(q/q0)',
-             'context_correction': 'log(T/T0)'}
-    return names.get(term, f"[corpus is {term[len('corpus_'):]}]")
+    return {'capacity_gain': '', 'stride_interaction': 'log(s/s0)', 'tokens_per_param': 'log(q/q0)',
+            'context_correction': 'log(T/T0)'}.get(term, f"[corpus is {term[len('corpus_'):]}]")
 
 
 def plot(result, pairs, path):
-    """Delta/log(rho) of each configuration (seed mean +- 1 se) against q, and each corpus's trend at T = T0,
-    s = s0 with its 95% band, out to the reach."""
+    """Delta/log(rho) of each configuration (seed mean +- 1 se) against q, each corpus's trend with its 95% band."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -388,24 +362,21 @@ def plot(result, pairs, path):
         ax.errorbar(r['q'], r['delta'] / lr, yerr=None if r['se'] is None else r['se'] / lr, ls='none',
                     marker=markers.get(r['T'], 'D'), color=colors[r['corpus']], alpha=0.8, capsize=2)
     q = np.geomspace(min(p['q'] for p in pairs) / 1.5, REACH_Q, 100)
-    # the band: 2.5 to 97.5 percentiles of the trend over cluster-bootstrap refits (at most 500,
-    # seed 1: its own draws, so its edges can differ a little from regimes.json's intervals)
+    # the 95% band over at most 500 refits of its own (seed 1): its edges can differ a little from regimes.json's
     samples = cluster_bootstrap(pairs, x['terms'], min(x['n_boot'], 500), 1)
     ref = result['reference_corpus']
     for c in corpora:
         ax.plot(q, trend(x['coefficients'], c, ref, q), color=colors[c], label=f'{c}: trend at T={T0}, s={S0}')
         if samples:
-            band = np.array([trend(s, c, ref, q) for s in samples])
-            ax.fill_between(q, *percentile_ci(band), color=colors[c], alpha=0.12)
+            ax.fill_between(q, *percentile_ci(np.array([trend(s, c, ref, q) for s in samples])), color=colors[c],
+                            alpha=0.12)
     for T, m in markers.items():
         if any(p['T'] == T for p in pairs):
             ax.plot([], [], ls='none', marker=m, color='gray', label=f'runs at T={T}')
     ax.axhline(0, color='black', lw=0.8)
     ax.axvline(max(p['q'] for p in pairs), color='gray', ls=':', lw=0.8)    # largest q measured
     ax.axvline(REACH_Q, color='gray', ls='--', lw=0.8, label=f'reach (q = {REACH_Q:g})')
-    ax.set_xscale('log')
-    ax.set_xlabel('training tokens per active parameter, q')
-    ax.set_ylabel('Delta / log(rho)   (> 0: X-MoD behind)')
+    ax.set(xscale='log', xlabel='training tokens per active parameter, q', ylabel='Delta / log(rho)   (> 0: X-MoD behind)')
     ax.set_title('X-MoD against dense across regimes' + (' (trend: tokens_per_param forced in)' if x['forced'] else ''),
                  fontsize=10)
     ax.legend(fontsize=7, loc='best')
@@ -424,9 +395,7 @@ DEFAULTS = defaults_of(globals())
 
 
 def run(argv):
-    """Delta across corpora, contexts and tokens per active parameter; writes regimes.json, regimes.md, regimes.png."""
     cfg = command_line(argv, DEFAULTS, __doc__, __file__, 'python -m law.regimes RUNS... --out DIR')
-    WARNINGS.clear()
     result, pairs = fit_regimes(load_runs(cfg.runs, one_corpus=False), cfg.metric, cfg.bootstrap, cfg.seed)
     result['warnings'] = list(WARNINGS)
     command = ('python -m law.regimes ' + ' '.join(cfg.runs) + f' --out {cfg.out}'

@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-from law.stats import t_ppf
+from law.stats import t_interval
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNS = os.path.join(ROOT, 'results', 'cpu_tokens', 'runs')
@@ -31,11 +31,8 @@ def final(runs, name):
     return (run['final']['val_loss_causal'], run['params_active']) if run.get('finished') else None
 
 
-LONG = BUDGETS[-1]
-
-
 def names(corpus, millions, seed):
-    kind = 'wsd' if millions == LONG else 'wsdbranch'
+    kind = 'wsd' if millions == BUDGETS[-1] else 'wsdbranch'
     tail = f'{kind}_{corpus}_lr{LR[corpus]}' + (f'_seed{seed}' if seed else '')
     return f'dense_L4_d64_{millions}M_{tail}', f'xmod_s4_Lauto_D4_{millions}M_d64_{tail}'
 
@@ -60,15 +57,12 @@ def main(runs):
                 slopes.append(np.polyfit(x, delta, 1)[0])
                 print(f'seed {seed}: slope {slopes[-1]:+.4f} per e-fold of tokens per active parameter')
         for m, d in by_budget.items():
-            d = np.array(d)
-            se = d.std(ddof=1) / math.sqrt(len(d)) if len(d) > 1 else float('nan')
-            print(f'{m}M: Delta {d.mean():+.4f} +- {se:.4f} (n={len(d)})')
+            t = t_interval(d)
+            print(f"{m}M: Delta {t['mean']:+.4f} +- {float('nan') if t['se'] is None else t['se']:.4f} (n={t['n']})")
         if len(slopes) >= 2:
-            s = np.array(slopes)
-            se = s.std(ddof=1) / math.sqrt(len(s))
-            t = t_ppf(0.975, len(s) - 1)
-            print(f'slope {s.mean():+.4f} +- {se:.4f} (n={len(s)} seeds), 95% interval '
-                  f'[{s.mean() - t * se:+.4f}, {s.mean() + t * se:+.4f}]')
+            t = t_interval(slopes)
+            print(f"slope {t['mean']:+.4f} +- {t['se']:.4f} (n={t['n']} seeds), 95% interval [{t['lo']:+.4f}, "
+                  f"{t['hi']:+.4f}]")
         print()
 
 
