@@ -184,8 +184,7 @@ def wls(X, y, w=None):
 def identifiable_terms(pairs, terms=TERMS):
     """Add the terms in order while each one adds a rank; say why the others are left out. A term's variable must take
     two values more than 1% apart (the pairing's tolerance): else log(D/D0) at 2,000,896 tokens acts as an intercept."""
-    active, notes = [], {}
-    sparse = [p for p in pairs if p['rho'] > 1 + 1e-12]
+    active, notes, sparse = [], {}, [p for p in pairs if p['rho'] > 1 + 1e-12]
     single = lambda key: max(p[key] for p in sparse) <= 1.01 * min(p[key] for p in sparse)
     for t in terms:
         if sparse and t in VARIABLES and single(VARIABLES[t][1]):
@@ -260,8 +259,8 @@ def run_relative(runs, metric, dense, delta_std, n_boot, rng):
     metrics = dict(fit=None, heldout=None, cv=None, ablation={}, selection=None, goals=None, budget_forms=None)
     identified, notes = identifiable_terms(fit)
     if not fit or not identified:
-        why = 'every full X-MoD pair is held out' if pairs and not fit else 'no full X-MoD pair with rho > 1 to fit'
-        rel.update(fitted=False, note=why,
+        rel.update(fitted=False, note='every full X-MoD pair is held out' if pairs and not fit else
+                   'no full X-MoD pair with rho > 1 to fit',
                    coefficients={t: dict(value=None, ci_low=None, ci_high=None, constrained=False,
                                          note=notes.get(t, 'not fitted')) for t in TERMS})
         return rel, metrics, pairs

@@ -415,7 +415,12 @@ def summary_md(result, runs):
     rows = [[m] + goal_texts(bm[m]['metrics']['goals']) for m in bm if bm[m]['metrics'].get('goals')]
     s.append('## Held-out goals (seed std: the seed noise of Delta)\n\n'
              + md_table(['metric', 'RMSE', 'sign', 'R^2'], rows) + '\n' if rows else '')
-    s.append(joint_md(bm))
+    # the joint law of each metric: its terms with intervals, its held-out tests against a constant Delta
+    coefs = lambda j: ', '.join(f'{k} {with_interval(c["value"], *(c["ci"] or (None, None)), ".4g")}'
+                                for k, c in j['coefficients'].items())
+    joint = [f'- `{m}`: {joint_text(r["joint"])}' + (f'\n  {coefs(r["joint"])}' if r['joint'].get('fitted') else '')
+             for m, r in bm.items() if r.get('joint')]
+    s.append('\n'.join(['## Joint law (dense and X-MoD in one law; law/joint.py)\n', *joint]) + '\n' if joint else '')
     s.append(delta_vs_tokens_md(result['delta_vs_tokens']))
     s.append(fixes_md(result['fixes']))
     s.append('## Runs\n')
@@ -444,15 +449,6 @@ def joint_text(j):
                      for v in j['heldout'].values() if v.get('rmse_delta') is not None)
     return (f'joint ({j["n_runs"]} runs, {j["n_pairs"]} pairs): terms {", ".join(j["terms"]) or "none (the dense law)"}'
             f'; Delta rmse fit {fmt(j["fit"]["rmse_delta"])}, cv {fmt(j["cv"]["rmse_delta"])}; {held}')
-
-
-def joint_md(bm):
-    """The joint law of each metric: its terms with intervals, and its held-out tests against a constant Delta."""
-    coefs = lambda j: ', '.join(f'{k} {with_interval(c["value"], *(c["ci"] or (None, None)), ".4g")}'
-                                for k, c in j['coefficients'].items())
-    s = [f'- `{m}`: {joint_text(r["joint"])}' + (f'\n  {coefs(r["joint"])}' if r['joint'].get('fitted') else '')
-         for m, r in bm.items() if r.get('joint')]
-    return '\n'.join(['## Joint law (dense and X-MoD in one law; law/joint.py)\n', *s]) + '\n' if s else ''
 
 
 def selection_md(bm):
