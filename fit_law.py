@@ -5,18 +5,16 @@ Fit the X-MoD scaling law to a sweep's finished runs, or to a CSV of your own (d
 
 RUNS: run folders (train.py's run.json and log.csv), globs of them, folders with runs below them, or a CSV file with
 one row per run (N, D, loss). Two laws (docs/design.md, "The law"):
-
 1. Dense runs: Chinchilla's L(N, D) = E + A/N^alpha + B/D^beta, N = params_total (non-embedding), D = final tokens;
    a Huber loss on log L, L-BFGS from the best points of Chinchilla's grid, bootstrap intervals.
 2. Each full X-MoD run against its FLOP-matched dense partner of the same seed: Delta = L_xmod - L_dense =
    log(rho) * (-g + tau*log(T/T0) + sigma*log(s/s0)) [+ candidate terms, law/terms.py], rho = params_total /
    params_active; least squares, each candidate kept only if leave-one-configuration-out error says so.
-
 Held-out runs (--holdout) are left out of both fits and predicted. --out gets fit.json, summary.md and three plots.
-The study's other analyses are commands of their own: python -m law.rates (--panel), law.regimes, law.isoflop,
-law.advise (from a fit with --joint) and law.ladder.
+Other analyses: python -m law.rates (--panel), law.regimes, law.isoflop, law.advise (after --joint), law.ladder.
 """
 
+import functools
 import math
 import sys
 from collections import Counter
@@ -39,22 +37,13 @@ from law.terms import BASE_TERMS, D0, FORM, N0, S0, T0, TERMS, VARIABLES, backwa
 # the command line (configurator.py): RUNS... are bare arguments; --key=value or --key value
 out = ''                     # output directory (created); required
 holdout = []                 # runs to leave out of both fits and predict: KEY OP VALUE conditions joined by 'and' or ','
-                             # (OP: = == != < <= > >=), e.g. 'stride==8', "model=='xmod' and stride==8",
-                             # 'tokens==max_tokens_all'; give it again to hold out more
-metric = 'val_loss_causal'   # the loss to fit: val_loss_causal (causal routing, no peeking at later tokens) or
-                             # val_loss; the other is fitted and reported beside it
+                             # (OP: = == != < <= > >=), e.g. 'stride==8', 'tokens==max_tokens_all'; give it again
+metric = 'val_loss_causal'   # the loss to fit (causal routing), or val_loss; the other is fitted beside it
 bootstrap = 200              # bootstrap resamples for the 95% intervals
 seed = 0                     # bootstrap seed
-tuned = False                # fit only each arm's runs at its best peak learning rate, all seeds (law/rates.py's rule);
-                             # without it every X-MoD run is paired with the dense run of its own rate
-joint = False                # also fit the joint law (law/joint.py; what python -m law.advise reads): its selection
-                             # refits it tens of times, minutes on a large sweep
+tuned = False                # fit only each arm's runs at its best peak learning rate, all seeds (law/rates.py's rule)
+joint = False                # also fit the joint law (law/joint.py, read by law.advise): minutes on a large sweep
 DEFAULTS = defaults_of(globals())
-
-HUBER_DELTA = 1e-3
-OBJ_SCALE = 1.0 / HUBER_DELTA ** 2  # measure the summed Huber loss in units of delta^2 so L-BFGS's tolerances bite
-LBFGS_ITERS = 2000
-N_STARTS = 8                 # L-BFGS runs from the best grid points of the full fit
 
 
 # -----------------------------------------------------------------------------
@@ -62,6 +51,8 @@ N_STARTS = 8                 # L-BFGS runs from the best grid points of the full
 
 DENSE_NAMES = ('a', 'alpha', 'b', 'beta', 'e')
 DENSE_PARAMS = ('E', 'A', 'alpha', 'B', 'beta')
+HUBER_DELTA = 1e-3                  # in log L: residuals past 0.1% of L count linearly (robust)
+OBJ_SCALE = 1.0 / HUBER_DELTA ** 2  # measure the summed Huber loss in units of delta^2 so L-BFGS's tolerances bite
 
 
 def dense_log_pred(theta, logN, logD):
@@ -80,18 +71,15 @@ def dense_objective(theta, logN, logD, logL, w):
     return (w * torch.nn.functional.huber_loss(r, logL, reduction='none', delta=HUBER_DELTA)).sum()
 
 
-def lbfgs_fit(theta0, logN, logD, logL, w=None, scale=OBJ_SCALE, tolerance_grad=1e-12, tolerance_change=1e-14,
-              max_iter=LBFGS_ITERS):
-    """One L-BFGS run from theta0; returns (theta, summed Huber loss unscaled). With scale=1 and torch's default
-    tolerances (1e-7, 1e-9) this reproduces the Chinchilla pitfall: from a poor start it stops far from the optimum,
-    because one step's change of a loss of order 1e-4 soon falls under tolerance_change."""
+def lbfgs_fit(theta0, logN, logD, logL, w=None, scale=OBJ_SCALE, tolerance_grad=1e-12, tolerance_change=1e-14):
+    """One L-BFGS run from theta0 -> (theta, summed Huber loss unscaled). With scale=1 and torch's default tolerances
+    (1e-7, 1e-9) it stops far from the optimum (the Chinchilla pitfall): a step's change of a ~1e-4 loss is tiny."""
     t = lambda x: torch.as_tensor(np.asarray(x, dtype=np.float64))
     logN, logD, logL = t(logN), t(logD), t(logL)
     w = torch.ones_like(logL) if w is None else t(w)
     theta = torch.tensor(np.asarray(theta0, dtype=np.float64), requires_grad=True)
-    opt = torch.optim.LBFGS([theta], lr=1.0, max_iter=max_iter, max_eval=int(max_iter * 1.25),
-                            tolerance_grad=tolerance_grad, tolerance_change=tolerance_change, history_size=50,
-                            line_search_fn='strong_wolfe')
+    opt = torch.optim.LBFGS([theta], lr=1.0, max_iter=2000, max_eval=2500, tolerance_grad=tolerance_grad,
+                            tolerance_change=tolerance_change, history_size=50, line_search_fn='strong_wolfe')
 
     def closure():
         opt.zero_grad()
@@ -99,26 +87,19 @@ def lbfgs_fit(theta0, logN, logD, logL, w=None, scale=OBJ_SCALE, tolerance_grad=
         loss.backward()
         return loss
     opt.step(closure)
-    with torch.no_grad():
-        f = float(dense_objective(theta, logN, logD, logL, w))
-    return theta.detach().numpy().copy(), f
+    return theta.detach().numpy().copy(), float(dense_objective(theta.detach(), logN, logD, logL, w))
 
 
-def dense_grid_starts(logN, logD, logL, w, k):
-    """Chinchilla's grid of initialisations, scored in one vectorised pass; the k best go to L-BFGS."""
-    grid = np.array(np.meshgrid(np.arange(0, 30, 5.0), np.arange(0, 2.5, 0.5), np.arange(0, 30, 5.0),
-                                np.arange(0, 2.5, 0.5), np.arange(-1, 2, 0.5), indexing='ij')).reshape(5, -1).T
-    pred = dense_log_pred(grid.T[:, :, None], logN[None], logD[None])  # (n_grid, n_runs)
-    r = np.abs(pred - logL[None])
-    huber = np.where(r < HUBER_DELTA, 0.5 * r ** 2, HUBER_DELTA * (r - 0.5 * HUBER_DELTA))
-    return grid[np.argsort((huber * w[None]).sum(1), kind='stable')[:k]]
-
-
-def fit_dense(N, D, L, w=None, starts=None, n_starts=N_STARTS):
+def fit_dense(N, D, L, w=None, starts=None, n_starts=8):
+    """The best of L-BFGS runs from starts, by default the n_starts best points of Chinchilla's grid (one pass)."""
     logN, logD, logL = np.log(N), np.log(D), np.log(L)
     w = np.ones_like(logL) if w is None else np.asarray(w, dtype=np.float64)
     if starts is None:
-        starts = dense_grid_starts(logN, logD, logL, w, n_starts)
+        grid = np.array(np.meshgrid(np.arange(0, 30, 5.0), np.arange(0, 2.5, 0.5), np.arange(0, 30, 5.0),
+                                    np.arange(0, 2.5, 0.5), np.arange(-1, 2, 0.5), indexing='ij')).reshape(5, -1).T
+        r = np.abs(dense_log_pred(grid.T[:, :, None], logN[None], logD[None]) - logL[None])  # (n_grid, n_runs)
+        huber = np.where(r < HUBER_DELTA, 0.5 * r ** 2, HUBER_DELTA * (r - 0.5 * HUBER_DELTA))
+        starts = grid[np.argsort((huber * w[None]).sum(1), kind='stable')[:n_starts]]
     best = None
     for th0 in starts:
         th, f = lbfgs_fit(th0, logN, logD, logL, w)
@@ -132,19 +113,9 @@ def dense_params(theta):
     return dict(E=math.exp(e), A=math.exp(a), alpha=alpha, B=math.exp(b), beta=beta, a=a, b=b, e=e)
 
 
-def dense_conditioning(theta, logN, logD):
-    """Is the dense law identified by these runs? The Gauss-Newton Jacobian of log L_pred w.r.t. theta."""
-    logN, logD = torch.as_tensor(logN), torch.as_tensor(logD)
-    J = torch.autograd.functional.jacobian(lambda t: dense_log_pred_torch(t, logN, logD),
-                                           torch.as_tensor(theta)).numpy()
-    sv = np.linalg.svd(J, compute_uv=False)
-    return float(sv.min() / sv.max()) if sv.max() > 0 else 0.0
-
-
 def run_dense(runs, metric, n_boot, rng):
     fit_runs = [r for r in runs if r['model'] == 'dense' and not r['heldout']]
-    N = np.array([r['params_total'] for r in fit_runs])
-    D = np.array([r['tokens'] for r in fit_runs])
+    N, D = np.array([r['params_total'] for r in fit_runs]), np.array([r['tokens'] for r in fit_runs])
     L = np.array([r['loss'][metric] for r in fit_runs])
     best = fit_dense(N, D, L)
     if best is None:
@@ -155,7 +126,11 @@ def run_dense(runs, metric, n_boot, rng):
     out.update(form='L = E + A/N^alpha + B/D^beta', objective=f, rmse_log=float(np.sqrt(np.mean(resid ** 2))),
                n_runs=len(fit_runs), n_distinct_N=len(set(N)), n_distinct_D=len(set(D)))
     notes = dense_shortfalls(N, D)
-    cond = dense_conditioning(theta, np.log(N), np.log(D)) if len(N) else 0.0
+    # is the law identified by these runs? the Gauss-Newton Jacobian of log L_pred with respect to theta
+    logN, logD = torch.as_tensor(np.log(N)), torch.as_tensor(np.log(D))
+    J = torch.autograd.functional.jacobian(lambda t: dense_log_pred_torch(t, logN, logD), torch.as_tensor(theta))
+    sv = np.linalg.svd(J.numpy(), compute_uv=False)
+    cond = float(sv.min() / sv.max()) if sv.max() > 0 else 0.0
     if cond < 1e-6 and not notes:
         notes.append(f'rank-deficient Jacobian (smallest/largest singular value {cond:.2g})')
     out.update(jacobian_sv_ratio=cond, ill_posed=bool(notes), notes=notes)
@@ -165,8 +140,7 @@ def run_dense(runs, metric, n_boot, rng):
         n_boot = 0
     # bootstrap: resample dense runs; each resample starts from the full fit's optimum (speed)
     samples = []
-    for _ in tqdm(range(n_boot), desc=f'bootstrap dense [{metric}]', delay=1.0, leave=False, file=sys.stderr,
-                  disable=None):
+    for _ in tqdm(range(n_boot), desc=f'bootstrap dense [{metric}]', delay=1.0, leave=False, disable=None):
         wb = np.bincount(rng.integers(0, len(L), len(L)), minlength=len(L)).astype(np.float64)
         b = fit_dense(N, D, L, w=wb, starts=[theta])
         if b is not None and all(abs(float(v)) < 700 for v in b[0]):   # a log-coefficient past exp's range: the
@@ -181,8 +155,7 @@ def dense_predict(dense, N, D):
 
 
 # -----------------------------------------------------------------------------
-# the relative law: Delta = log(rho) * (-g + tau log(T/T0) + sigma log(s/s0) [+ kappa log(D/D0)] [+ omega log(N/N0)])
-# [+ kappa0 log(D/D0)], linear in its terms
+# the relative law: Delta = log(rho) * (-g + tau log(T/T0) + sigma log(s/s0) [+ candidates]), linear in its terms
 
 def rel_design(pairs, terms):
     """(n_pairs, n_terms): each term's factor of log(rho), times log(rho); an OUTSIDE term's addend as it is."""
@@ -195,12 +168,10 @@ def rel_design(pairs, terms):
 
 
 def full_rank(X, w=None):
-    if X.shape[1] == 0:
-        return True
     Xw = X * np.sqrt(np.ones(len(X)) if w is None else w)[:, None]
     norms = np.linalg.norm(Xw, axis=0)
-    if X.shape[0] < X.shape[1] or np.any(norms < 1e-12):
-        return False
+    if X.shape[1] == 0 or X.shape[0] < X.shape[1] or np.any(norms < 1e-12):
+        return X.shape[1] == 0
     sv = np.linalg.svd(Xw / norms, compute_uv=False)
     return bool(sv.min() > 1e-8 * sv.max())
 
@@ -211,11 +182,9 @@ def wls(X, y, w=None):
 
 
 def identifiable_terms(pairs, terms=TERMS):
-    """Add the terms in order while each one adds a rank; say why the others are left out. A term's variable must
-    take two values more than 1% apart (the pairing's tolerance on tokens): 2,000,896 tokens against D0 = 2M is the
-    same budget, and a column log(D/D0) of such near-constant values would act as a free intercept."""
-    active, notes = [], {}
-    sparse = [p for p in pairs if p['rho'] > 1 + 1e-12]
+    """Add the terms in order while each one adds a rank; say why the others are left out. A term's variable must take
+    two values more than 1% apart (the pairing's tolerance): else log(D/D0) at 2,000,896 tokens acts as an intercept."""
+    active, notes, sparse = [], {}, [p for p in pairs if p['rho'] > 1 + 1e-12]
     single = lambda key: max(p[key] for p in sparse) <= 1.01 * min(p[key] for p in sparse)
     for t in terms:
         if sparse and t in VARIABLES and single(VARIABLES[t][1]):
@@ -230,17 +199,8 @@ def identifiable_terms(pairs, terms=TERMS):
     return active, notes
 
 
-def rel_predict(pairs, terms, coef):
-    return rel_design(pairs, terms) @ coef if len(pairs) else np.zeros(0)
-
-
-def delta_metrics(obs, pred):
-    if len(obs) == 0:
-        return dict(n=0, rmse=None, r2=None)
-    res = pred - obs
-    ss_tot = float(np.sum((obs - obs.mean()) ** 2))
-    return dict(n=len(obs), rmse=float(np.sqrt(np.mean(res ** 2))),
-                r2=float(1 - np.sum(res ** 2) / ss_tot) if len(obs) > 1 and ss_tot > 0 else None)
+def rmse(err):
+    return float(np.sqrt(np.mean(np.square(err)))) if len(err) else None
 
 
 def loco_cv(pairs, terms):
@@ -250,42 +210,33 @@ def loco_cv(pairs, terms):
         return None
     errs = []
     for g in groups:
-        train = [p for p in pairs if p['cfg_key'] != g]
-        test = [p for p in pairs if p['cfg_key'] == g]
+        train, test = [p for p in pairs if p['cfg_key'] != g], [p for p in pairs if p['cfg_key'] == g]
         act, _ = identifiable_terms(train, terms)
-        coef = wls(rel_design(train, act), np.array([p['delta'] for p in train])) if act else np.zeros(0)
-        errs.extend(rel_predict(test, act, coef) - np.array([p['delta'] for p in test]))
-    return float(np.sqrt(np.mean(np.square(errs))))
+        coef = wls(rel_design(train, act), np.array([p['delta'] for p in train]))
+        errs.extend(rel_design(test, act) @ coef - np.array([p['delta'] for p in test]))
+    return rmse(errs)
 
 
 def form_scores(fit, test, terms):
     """One form's RMSE of Delta: on the fitted pairs, leave-one-configuration-out, and on the held-out pairs."""
-    y = np.array([p['delta'] for p in fit])
-    c = wls(rel_design(fit, terms), y) if terms else np.zeros(0)
-    return dict(terms=terms, fit_rmse=delta_metrics(y, rel_predict(fit, terms, c))['rmse'], cv_rmse=loco_cv(fit, terms),
-                heldout_rmse=delta_metrics(np.array([p['delta'] for p in test]), rel_predict(test, terms, c))['rmse'])
+    c = wls(rel_design(fit, terms), np.array([p['delta'] for p in fit]))
+    err = lambda ps: rel_design(ps, terms) @ c - np.array([p['delta'] for p in ps])
+    return dict(terms=terms, fit_rmse=rmse(err(fit)), cv_rmse=loco_cv(fit, terms), heldout_rmse=rmse(err(test)))
 
 
 def cv_testable(pairs, terms):
-    """The terms that stay identified whichever configuration is left out. A term only one configuration can pin
-    down (the one pair at 4M tokens) is never tested on a configuration it was fitted without: in the folds that
-    leave that configuration out it drops out, and in the others it fits that configuration exactly."""
+    """The terms that stay identified whichever configuration is left out. A term one configuration alone pins down
+    (one pair at 4M tokens) drops out of the folds without it and fits it exactly in the others: it is never tested."""
     groups = {p['cfg_key'] for p in pairs}
     folds = [identifiable_terms([p for p in pairs if p['cfg_key'] != g], terms)[0] for g in groups]
     return [t for t in terms if all(t in f for f in folds)]
 
 
 def select_terms(fit, test, identified):
-    """Choose the form by leave-one-configuration-out error (--holdout pairs play no part): drop the candidates it
-    cannot test, then eliminate backwards (law.terms.backward_select); the base terms always stay.
-    -> (kept terms, fit.json's record of the choice, law/forms.py)."""
-    scored = {}
-
-    def score(terms):
-        key = tuple(t for t in identified if t in terms)
-        if key not in scored:
-            scored[key] = form_scores(fit, test, list(key))
-        return scored[key]
+    """Choose the form by leave-one-configuration-out error (not the --holdout pairs): the untestable candidates go,
+    then backward elimination; the base terms stay. -> (kept terms, fit.json's record of the choice, law/forms.py)."""
+    scored = functools.cache(lambda key: form_scores(fit, test, list(key)))   # each form is scored once
+    score = lambda terms: scored(tuple(t for t in identified if t in terms))
     testable = cv_testable(fit, identified)
     kept, _ = backward_select([t for t in identified if t in testable or t in BASE_TERMS],
                               lambda form, parent: score(form)['cv_rmse'], keep=BASE_TERMS)
@@ -293,13 +244,10 @@ def select_terms(fit, test, identified):
 
 
 def run_relative(runs, metric, dense, delta_std, n_boot, rng):
-    pairs = []
-    for r in runs:
-        if r['variant'] == 'xmod' and r['partner'] is not None:
-            pairs.append(dict(run=r, rho=r['rho'], T=r['T'], stride=r['stride'], tokens=r['tokens'],
-                              N_act=r['partner']['params_total'], heldout=pair_heldout(r),
-                              cfg_key=config_key(r['config'], with_seed=False),
-                              delta=r['loss'][metric] - r['partner']['loss'][metric]))
+    pairs = [dict(run=r, rho=r['rho'], T=r['T'], stride=r['stride'], tokens=r['tokens'], heldout=pair_heldout(r),
+                  N_act=r['partner']['params_total'], cfg_key=config_key(r['config'], with_seed=False),
+                  delta=r['loss'][metric] - r['partner']['loss'][metric])
+             for r in runs if r['variant'] == 'xmod' and r['partner'] is not None]
     fit, test = [p for p in pairs if not p['heldout']], [p for p in pairs if p['heldout']]
     sparse_fit = [p for p in fit if p['rho'] > 1 + 1e-12]
     rel = dict(form=FORM, T0=T0, s0=S0, D0=D0, N0=N0, selection="model=='xmod' and gate=='variance' and balance>0, "
@@ -308,12 +256,11 @@ def run_relative(runs, metric, dense, delta_std, n_boot, rng):
                strides=sorted({p['stride'] for p in sparse_fit}), budgets=sorted({p['tokens'] for p in sparse_fit}),
                active_sizes=sorted({p['N_act'] for p in sparse_fit}),
                rho_range=[min(p['rho'] for p in fit), max(p['rho'] for p in fit)] if fit else None)
-    metrics = dict(fit=None, heldout=None, cv=None, ablation={}, selection=None, goals=None,
-                   budget_forms=None)
+    metrics = dict(fit=None, heldout=None, cv=None, ablation={}, selection=None, goals=None, budget_forms=None)
     identified, notes = identifiable_terms(fit)
     if not fit or not identified:
-        why = 'every full X-MoD pair is held out' if pairs and not fit else 'no full X-MoD pair with rho > 1 to fit'
-        rel.update(fitted=False, note=why,
+        rel.update(fitted=False, note='every full X-MoD pair is held out' if pairs and not fit else
+                   'no full X-MoD pair with rho > 1 to fit',
                    coefficients={t: dict(value=None, ci_low=None, ci_high=None, constrained=False,
                                          note=notes.get(t, 'not fitted')) for t in TERMS})
         return rel, metrics, pairs
@@ -321,8 +268,7 @@ def run_relative(runs, metric, dense, delta_std, n_boot, rng):
     base = [t for t in identified if t in BASE_TERMS]
     metrics['budget_forms'] = law.forms.budget_forms(fit, test, lambda ps: rel_design(ps, base))
     notes.update(law.forms.dropped_notes(metrics['selection']))
-    y = np.array([p['delta'] for p in fit])
-    X = rel_design(fit, active)
+    y, X = np.array([p['delta'] for p in fit]), rel_design(fit, active)
     coef = wls(X, y)
     # bootstrap: resample pairs (runs) with replacement = integer weights on the exact least-squares solve
     samples = []
@@ -337,10 +283,10 @@ def run_relative(runs, metric, dense, delta_std, n_boot, rng):
                                    constrained=t in identified, note=notes.get(t, '')) for t in TERMS}
     rel.update(form=form_of(active), fitted=True, active_terms=active, bootstrap=dict(n=n_boot, n_valid=len(samples)))
     for p in pairs:
-        p['pred'] = float(rel_predict([p], active, coef)[0])
+        p['pred'] = float((rel_design([p], active) @ coef)[0])
     metrics['fit'] = pair_metrics(fit, metric, dense, delta_std)
-    metrics['heldout'] = pair_metrics(test, metric, dense, delta_std) if test else None
-    if test:      # against a constant Delta (the fitted pairs' mean) and Delta = 0 (law.stats.versus_nulls)
+    if test:      # and against a constant Delta (the fitted pairs' mean) and Delta = 0 (law.stats.versus_nulls)
+        metrics['heldout'] = pair_metrics(test, metric, dense, delta_std)
         metrics['heldout']['vs_null'], metrics['heldout']['beats_null'] = versus_nulls(
             [p['delta'] for p in test], [p['pred'] for p in test], np.mean([p['delta'] for p in fit]))
     metrics['goals'] = law.forms.heldout_goals(metrics['heldout'], delta_std)
@@ -353,9 +299,10 @@ def run_relative(runs, metric, dense, delta_std, n_boot, rng):
 # held-out prediction and seed noise
 
 def pair_metrics(pairs, metric, dense, delta_std):
-    obs = np.array([p['delta'] for p in pairs])
-    pred = np.array([p['pred'] for p in pairs])
-    out = delta_metrics(obs, pred)
+    obs, pred = np.array([p['delta'] for p in pairs]), np.array([p['pred'] for p in pairs])
+    ss_tot = float(np.sum((obs - obs.mean()) ** 2))
+    out = dict(n=len(obs), rmse=rmse(pred - obs),
+               r2=float(1 - np.sum((pred - obs) ** 2) / ss_tot) if len(obs) > 1 and ss_tot > 0 else None)
     L = np.array([p['run']['loss'][metric] for p in pairs])
     Lpart = np.array([p['run']['partner']['loss'][metric] for p in pairs])
     Llaw = np.array([dense_predict(dense, p['run']['partner']['params_total'], p['run']['partner']['tokens'])
@@ -374,10 +321,8 @@ def pair_metrics(pairs, metric, dense, delta_std):
 def pooled_std(groups):
     """Pooled std over groups with >= 2 members: sqrt(sum (n_i - 1) var_i / sum (n_i - 1))."""
     groups = [np.array(g) for g in groups if len(g) >= 2]
-    if not groups:
-        return None, 0
     dof = sum(len(g) - 1 for g in groups)
-    return float(math.sqrt(sum(((g - g.mean()) ** 2).sum() for g in groups) / dof)), len(groups)
+    return (float(math.sqrt(sum(((g - g.mean()) ** 2).sum() for g in groups) / dof)) if groups else None), len(groups)
 
 
 def seed_noise(runs, metric):
@@ -387,8 +332,7 @@ def seed_noise(runs, metric):
         by_cfg.setdefault(k, []).append(r['loss'][metric])
         if r['partner'] is not None:
             by_pair.setdefault(k, []).append(r['loss'][metric] - r['partner']['loss'][metric])
-    loss_std, n_l = pooled_std(by_cfg.values())
-    delta_std, n_d = pooled_std(by_pair.values())
+    (loss_std, n_l), (delta_std, n_d) = pooled_std(by_cfg.values()), pooled_std(by_pair.values())
     return dict(loss_std=loss_std, delta_std=delta_std, n_loss_configs=n_l, n_delta_configs=n_d)
 
 
@@ -404,33 +348,28 @@ def fit_metric(runs, metric, n_boot, seed_, dense_cache, joint=False):
     dense = dense_cache[key]
     rel, metrics, pairs = run_relative(runs, metric, dense, noise['delta_std'], n_boot,
                                        np.random.default_rng([seed_, 1]))
-    # the joint law is opt-in: its form selection refits it tens of times
-    joint = law.joint.joint_fit(runs, metric, [dense[k] for k in DENSE_NAMES], noise['delta_std'], n_boot,
-                                np.random.default_rng([seed_, 2])) if joint else None
 
     def dense_err(held):
         rs = [r for r in runs if r['model'] == 'dense' and r['heldout'] == held]
-        if not rs:
-            return None
         e = [abs(dense_predict(dense, r['params_total'], r['tokens']) - r['loss'][metric]) / r['loss'][metric]
              for r in rs]
-        return dict(n=len(rs), L_rel_err_mean=float(np.mean(e)), L_rel_err_max=float(np.max(e)))
+        return dict(n=len(rs), L_rel_err_mean=float(np.mean(e)), L_rel_err_max=float(np.max(e))) if rs else None
     metrics['dense'] = dict(rmse_log=dense['rmse_log'], fit=dense_err(False), heldout=dense_err(True))
     metrics['seed_noise'] = noise
     out = dict(dense=dense, relative=rel, metrics=metrics)
-    if joint is not None:
-        out['joint'] = joint
+    if joint:     # opt-in: its form selection refits it tens of times
+        out['joint'] = law.joint.joint_fit(runs, metric, [dense[k] for k in DENSE_NAMES], noise['delta_std'], n_boot,
+                                           np.random.default_rng([seed_, 2]))
     return out, pairs
 
 
 def fitted_law(res):
-    """One metric's fitted laws as functions, L(N, D) and Delta(rho, T, s, D, N_act), for law/report.py's points and
-    lines; Delta's budget and active size default to the reference ones."""
+    """One metric's fitted laws as functions for law/report.py's plots: L(N, D) and Delta(rho, T, s, D=D0, N_act=N0)."""
     terms = res['relative'].get('active_terms', [])
     coef = np.array([res['relative']['coefficients'][t]['value'] for t in terms])
     return (lambda N, D: dense_predict(res['dense'], N, D),
-            lambda rho, T, s, D=D0, N_act=N0: float(rel_predict([dict(rho=rho, T=T, stride=s, tokens=D, N_act=N_act)],
-                                                                terms, coef)[0]))
+            lambda rho, T, s, D=D0, N_act=N0: float((rel_design([dict(rho=rho, T=T, stride=s, tokens=D, N_act=N_act)],
+                                                                terms) @ coef)[0]))
 
 
 def parse_args(argv):
@@ -441,10 +380,8 @@ def parse_args(argv):
 
 def run(cfg):
     law.load.WARNINGS.clear()
-    runs = law.load.load_runs(cfg.runs)
-    n_loaded = len(runs)
-    if cfg.tuned:
-        runs = law.rates.tuned_runs(runs, cfg.metric)
+    loaded = law.load.load_runs(cfg.runs)
+    runs = law.rates.tuned_runs(loaded, cfg.metric) if cfg.tuned else loaded
     law.load.pair_runs(runs)
     law.load.mark_heldout(cfg.holdout, runs)
     law.load.check_fittable(runs, cfg.runs)
@@ -457,7 +394,7 @@ def run(cfg):
     holdout = ' or '.join(cfg.holdout) if cfg.holdout else None  # a run matching one filter or another is held out
     result = dict(metric=cfg.metric,
                   inputs=dict(n_runs=len(runs), variants=variants, holdout=holdout, tuned=cfg.tuned,
-                              n_off_best_rate=n_loaded - len(runs),
+                              n_off_best_rate=len(loaded) - len(runs),
                               n_heldout=sum(r['heldout'] for r in runs), bootstrap=cfg.bootstrap, seed=cfg.seed),
                   warnings=list(law.load.WARNINGS), **by_metric[cfg.metric], by_metric=by_metric,
                   delta_vs_tokens=law.report.delta_vs_tokens(runs),

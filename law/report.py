@@ -28,12 +28,10 @@ MARKERS = {'dense': 'o', 'mod': 's', 'mod-centred': 's', 'xmod': '^', 'moe': 'D'
 
 
 def color(variant):
-    """A variant's matplotlib colour (COLORS), the same in every plot."""
     return COLORS.get(variant, 'tab:gray')      # another router-knob ablation: grey
 
 
 def marker(variant):
-    """A variant's matplotlib marker (MARKERS); '*' for one not listed."""
     return MARKERS.get(variant, '*')
 
 
@@ -43,26 +41,24 @@ def rank(variant):
 
 
 def empty_note(ax, text):
-    """Write text in the middle of an empty panel ax: the plot's data is absent; returns None."""
+    """The plot's data is absent: say so in the middle of the panel ax."""
     ax.text(0.5, 0.5, text, ha='center', va='center', transform=ax.transAxes, wrap=True)
 
 
 def plot_loss_vs_params(ax, runs, metric):
-    """Final loss against total non-embedding parameters (log axis), one grey line per dense
-    run and its FLOP-matched partners."""
-    # each dense run with its FLOP-matched partners: the same compute per token, so along a grey line only the total
-    # parameters change, and its slope is what the extra (routed) parameters buy
-    groups = [(d, [d] + [r for r in runs if r['partner'] is d]) for d in runs if d['model'] == 'dense']
-    groups = [(d, g) for d, g in groups if len(g) > 1]
+    """Final loss against total non-embedding parameters, one grey line per dense run and its FLOP-matched partners:
+    the same compute per token, so only the total parameters change, and a line's slope is what they buy."""
+    groups = [g for g in ([d] + [r for r in runs if r['partner'] is d] for d in runs if d['model'] == 'dense')
+              if len(g) > 1]
     if not groups:
         return empty_note(ax, 'no FLOP-matched sparse/dense group')
-    for d, g in groups:
+    for g in groups:
         g = sorted(g, key=lambda r: r['params_total'])
         ax.plot([r['params_total'] for r in g], [r['loss'][metric] for r in g], c='0.75', lw=0.8, zorder=1)
         for r in g:
             ax.scatter(r['params_total'], r['loss'][metric], c=color(r['variant']), marker=marker(r['variant']),
                        s=25, zorder=3)
-    for v in sorted({r['variant'] for _, g in groups for r in g}, key=rank):
+    for v in sorted({r['variant'] for g in groups for r in g}, key=rank):
         ax.scatter([], [], c=color(v), marker=marker(v), label=v)
     ax.set_xscale('log')
     ax.set(xlabel='total non-embedding parameters', ylabel=metric,
@@ -71,9 +67,8 @@ def plot_loss_vs_params(ax, runs, metric):
 
 
 def plot_pred_vs_obs(axes, runs, pairs, law_L, metric):
-    """Two panels: the relative law's Delta against the observed, and L (the dense law, plus
-    the predicted Delta for X-MoD) against the observed; dashed: a perfect prediction, x: held out.
-    pairs: fit_law.run_relative's ('pred' once the law is fitted); law_L(N, D): the dense law."""
+    """Two panels: the relative law's Delta against the observed (pairs: fit_law.run_relative's), and L (law_L(N, D),
+    the dense law, plus the predicted Delta for X-MoD) against the observed; dashed: perfect, x: held out."""
     ax = axes[0]
     pp = [p for p in pairs if 'pred' in p]
     if pp:
@@ -107,9 +102,8 @@ def plot_pred_vs_obs(axes, runs, pairs, law_L, metric):
 
 
 def plot_delta_vs_logrho(axes, pairs, rel, law_delta):
-    """Two panels of Delta against log rho: one colour per stride (at the commonest T), then per
-    T (at the commonest stride), with the law's line where it was fitted; law_delta(rho, T, s): the
-    relative law, rel: its fit.json entry."""
+    """Two panels of Delta against log rho: one colour per stride (at the commonest T), then per T (at the commonest
+    stride), with the line of law_delta(rho, T, s) where it was fitted (rel: its fit.json entry)."""
     if not pairs:
         for ax in axes:
             empty_note(ax, 'no full X-MoD run with a dense partner')
@@ -117,9 +111,7 @@ def plot_delta_vs_logrho(axes, pairs, rel, law_delta):
     # a panel varies one variable and holds the other at its commonest value, the one most points were run at
     most = lambda xs: max(set(xs), key=xs.count)
     T_ref, s_ref = most([p['T'] for p in pairs]), most([p['stride'] for p in pairs])
-    x_max = max(math.log(p['rho']) for p in pairs) * 1.05 or 1.0     # all rho = 1: still an axis to draw
-
-    xs = np.linspace(0, x_max, 50)
+    xs = np.linspace(0, max(math.log(p['rho']) for p in pairs) * 1.05 or 1.0, 50)   # all rho = 1: still an axis
     import matplotlib
     cmap = matplotlib.colormaps['viridis']
     for ax, key, ref, other in ((axes[0], 'stride', T_ref, 'T'), (axes[1], 'T', s_ref, 'stride')):
@@ -143,8 +135,7 @@ def plot_delta_vs_logrho(axes, pairs, rel, law_delta):
 
 
 def shape_label(r):
-    """A run's model in a few characters: variant, n_layer, stride and capacity (where it has a
-    stride), T; e.g. 'xmod L6 s4 c0.5 T128'."""
+    """A run's model in a few characters, e.g. 'xmod L6 s4 c0.5 T128'."""
     s = r['variant'] + (f' L{r["n_layer"]}' if r['n_layer'] is not None else '')
     if r['stride'] is not None:
         s += f' s{r["stride"]}' + (f' c{r["capacity"]:g}' if r['capacity'] is not None else '')
@@ -156,22 +147,15 @@ def config_label(r):
     return f'{shape_label(r)} d{r["n_embd"]} {r["tokens"] / 1e6:.2g}M'
 
 
-def mean_se(values):
-    """(mean, one standard error: the std over the values / sqrt(n), None for a single value). Every mean over
-    seeds in fit.json and lr.json comes with it (law/rates.py imports it)."""
-    v = np.asarray(values, dtype=float)
-    return float(v.mean()), (float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else None)
-
-
 def n_mean_se(values):
-    """dict(n, mean, se) of mean_se, as fit.json's tables write it."""
-    m, se = mean_se(values)
-    return dict(n=len(values), mean=m, se=se)
+    """dict(n, mean, se) as fit.json's tables write it: se = the std over the values / sqrt(n), None for one value."""
+    v = np.asarray(values, dtype=float)
+    return dict(n=len(v), mean=float(v.mean()), se=float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else None)
 
 
-def delta_vs_tokens(runs, min_seeds=2):
+def delta_vs_tokens(runs):
     """Delta = L_sparse - L_dense of each pair at every evaluation both runs logged (log.csv rows with the same
-    tokens), for each sparse configuration with >= min_seeds seeds paired, most seeds first:
+    tokens), for each sparse configuration with >= 2 seeds paired, most seeds first:
     {label: {seeds, runs, <metric>: [{tokens, n, mean, se}]}}, se = std over seeds / sqrt(n), null for one seed."""
     by = {}
     for r in runs:
@@ -179,7 +163,7 @@ def delta_vs_tokens(runs, min_seeds=2):
             by.setdefault(config_key(r['config'], with_seed=False), []).append(r)
     table = {}
     for rs in sorted(by.values(), key=lambda rs: (-len(rs), config_label(rs[0]))):
-        if len(rs) < min_seeds:
+        if len(rs) < 2:
             continue
         entry = dict(seeds=sorted(r['seed'] for r in rs), runs=sorted(r['name'] for r in rs))
         for m in METRICS:
@@ -209,16 +193,14 @@ def paired_fixes(runs):
             by.setdefault((r['variant'], config_key(fixed, with_seed=False)), []).append((r, ref[key(r)]))
     table = {}
     for (v, _), prs in sorted(by.items(), key=lambda kv: (kv[0][0], config_label(kv[1][0][0]))):
-        entry = dict(fix=v, config=config_label(prs[0][0]), seeds=sorted(r['seed'] for r, _ in prs))
-        for m in METRICS:
-            entry[m] = n_mean_se([r['loss'][m] - x['loss'][m] for r, x in prs])
+        entry = dict(fix=v, config=config_label(prs[0][0]), seeds=sorted(r['seed'] for r, _ in prs),
+                     **{m: n_mean_se([r['loss'][m] - x['loss'][m] for r, x in prs]) for m in METRICS})
         table[entry['config']] = entry      # keyed by config_label, which names the fix's variant
     return table
 
 
 def make_plots(out, runs, pairs, res, metric, law):
-    """The three plots of one metric; law = (L(N, D), Delta(rho, T, s, ...)), the fitted laws as functions. The
-    study's five others (tools/fit_plots.py) draw what the run logs show beside a fit."""
+    """The three plots of one metric; law = (L(N, D), Delta(rho, T, s, ...)), the fitted laws as functions."""
     import matplotlib  # here, not at the top: the tables and summary.md do not need it
     matplotlib.use('Agg')      # files only: no display is needed, as on a cluster node
     import matplotlib.pyplot as plt
@@ -226,9 +208,8 @@ def make_plots(out, runs, pairs, res, metric, law):
              ('pred_vs_obs', 2, lambda a: plot_pred_vs_obs(a, runs, pairs, law[0], metric)),
              ('delta_vs_logrho', 2, lambda a: plot_delta_vs_logrho(a, pairs, res['relative'], law[1]))]
     paths = []
-    for name, n, draw in specs:
-        rows, cols = n if isinstance(n, tuple) else (1, n)             # panels: a row of n, or a (rows, cols) grid
-        fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.8 * rows), squeeze=False)
+    for name, n, draw in specs:       # n panels in a row
+        fig, axes = plt.subplots(1, n, figsize=(6.5 * n, 4.8), squeeze=False)
         draw(list(axes.flat))
         fig.tight_layout()
         paths.append(os.path.join(out, f'{name}.png'))
@@ -257,9 +238,8 @@ def md_table(header, rows):
     return '\n'.join(lines)
 
 
-# What each term's sign means, beside its value in summary.md: a coefficient's sign is easy to misread, since the gain
-# enters with a minus sign and the corrections with a plus. Delta = L(X-MoD) - L(its FLOP-matched dense partner):
-# above 0, X-MoD is behind.
+# What each term's sign means, beside its value in summary.md (easy to misread: the gain enters with a minus sign).
+# Delta = L(X-MoD) - L(its FLOP-matched dense partner): above 0, X-MoD is behind.
 SIGNS = {'capacity_gain': 'enters with a minus sign: > 0, X-MoD is ahead (Delta falls by it per unit log rho, at T0 '
                           'and s0); < 0, X-MoD is behind',
          'context_correction': '> 0: X-MoD loses ground at longer contexts (per unit log rho and log(T/T0))',
@@ -291,8 +271,7 @@ def form_sentence(sel):
 
 def shared_rate_note(result, runs):
     """What a Delta rests on when every run shares one peak learning rate, untuned for each arm (as
-    sweeps/classroom.py's do): said first in summary.md and last in what fit_law.py prints; '' otherwise (the arms'
-    rates differ, were tuned by --tuned, or are unknown, as in a CSV)."""
+    sweeps/classroom.py's do): said first in summary.md and last in what fit_law.py prints; '' otherwise."""
     rates = {r['config'].get('learning_rate') for r in runs}
     i = result['inputs']
     if len(rates) != 1 or None in rates or (i['tuned'] and i['n_off_best_rate']) or not any(r['partner'] for r in runs):
@@ -305,11 +284,9 @@ def shared_rate_note(result, runs):
 
 
 def conclusion(result, runs):
-    """summary.md's opening paragraph: what the fit says, in plain words, for the primary metric. Delta at the
-    reference configuration over seeds, Delta over all fitted pairs, the gain's sign, and whether any term predicts
-    left-out configurations better than a constant Delta."""
-    m, rel = result['metric'], result['relative']
-    bm = result['by_metric'][m]
+    """summary.md's opening paragraph in plain words, for the primary metric: Delta at the reference configuration
+    over seeds and over all fitted pairs, the gain's sign, and whether any term beats a constant Delta held out."""
+    m, rel, bm = result['metric'], result['relative'], result['by_metric'][result['metric']]
     pairs = [r for r in runs if r['variant'] == 'xmod' and r.get('partner') and not r['heldout']]
     if not pairs:
         return 'No full X-MoD run has a FLOP-matched dense partner here: there is no Delta to conclude about.\n'
@@ -318,7 +295,6 @@ def conclusion(result, runs):
     # the reference pairs, where the law's gain is read: tokens within the pairing's 1% (2,000,896 is D0 = 2M)
     ref = [r for r in pairs if r['stride'] == rel['s0'] and r['T'] == rel['T0'] and
            abs(r['tokens'] - rel['D0']) <= 0.01 * rel['D0'] and r['partner']['params_total'] == rel['N0']]
-    where = lambda d: 'behind' if d > 0 else 'ahead of'
     if ref:
         # pairs of one seed share its data order and initialisation (a WSD branch reuses the seed of a cosine run):
         # the seed, not the pair, is the unit of independent evidence, so the interval is over seed means
@@ -341,18 +317,17 @@ def conclusion(result, runs):
                 s.append(f'{at}, X-MoD minus its FLOP-matched dense model is {t["mean"]:+.4f} ({m}; {pooled}): one '
                          f'seed, no interval, no evidence either way.')
             else:
-                s.append(f'{at}, X-MoD is {where(t["mean"])} its FLOP-matched dense model by {abs(t["mean"]):.4f} '
-                         f'(Delta = {fmt_t(t)}, {m}; from {pooled}, seeds '
+                s.append(f'{at}, X-MoD is {"behind" if t["mean"] > 0 else "ahead of"} its FLOP-matched dense model by '
+                         f'{abs(t["mean"]):.4f} (Delta = {fmt_t(t)}, {m}; from {pooled}, seeds '
                          f'{", ".join(str(x) for x in sorted(by_seed))}' + (
                              '; the interval includes zero' if t['lo'] <= 0 <= t['hi'] else '') + ').')
     ds = [delta(r) for r in pairs]
-    d, _ = mean_se(ds)
+    d = np.mean(ds)
     s.append(f'Over all {len(pairs)} fitted pairs Delta averages {d:+.4f} (from {min(ds):+.4f} to {max(ds):+.4f}; '
              f'the seed noise of Delta is {fmt(bm["metrics"]["seed_noise"]["delta_std"])}); Delta > 0 means X-MoD '
              f'is behind.')
     gc = bm['relative']['coefficients']['capacity_gain']
-    g = gc['value']
-    if g is not None:
+    if (g := gc['value']) is not None:
         # a coefficient without an interval is where the fit stopped, not an estimate: said so, not headlined
         sure = (f' (95% bootstrap [{gc["ci_low"]:+.4g}, {gc["ci_high"]:+.4g}])' if gc.get('ci_low') is not None
                 else f' (no interval: {bm["relative"].get("n_pairs", "these")} pair(s) cannot give one; not an estimate)')
@@ -411,11 +386,10 @@ def summary_md(result, runs):
             ('heldout', 'sign_acc', 'sign of Delta right (held out)'),
             ('heldout', 'sign_acc_big', 'sign right where abs(Delta) > 2 seed noise (held out)')]
     rows = [[lab] + [fmt((bm[m]['metrics'][grp] or {}).get(k)) for m in metrics] for grp, k, lab in keys]
-    for m_ in ('fit', 'heldout'):
-        rows.append([f'dense L rel. err ({m_})'] + [fmt((bm[m]['metrics']['dense'][m_] or {}).get('L_rel_err_mean'))
-                                                    for m in metrics])
-    for k in ('loss_std', 'delta_std'):
-        rows.append([f'seed noise: {k}'] + [fmt(bm[m]['metrics']['seed_noise'][k]) for m in metrics])
+    rows += [[f'dense L rel. err ({m_})'] + [fmt((bm[m]['metrics']['dense'][m_] or {}).get('L_rel_err_mean'))
+                                             for m in metrics] for m_ in ('fit', 'heldout')]
+    rows += [[f'seed noise: {k}'] + [fmt(bm[m]['metrics']['seed_noise'][k]) for m in metrics]
+             for k in ('loss_std', 'delta_std')]
     held = {m: bm[m]['metrics']['heldout'] or {} for m in metrics}
     if any('vs_null' in h for h in held.values()):
         for name, lab in (('constant', 'a constant Delta'), ('zero', 'Delta = 0')):
@@ -427,18 +401,28 @@ def summary_md(result, runs):
             for h in held.values()])
     s.append(md_table(['', *metrics], rows) + '\n')
     s.append('## Does each term earn its place? (refit without it)\n')
-    rows = []
-    for m in metrics:
-        for name, a in bm[m]['metrics']['ablation'].items():
-            rows.append([m, name, fmt(a.get('fit_rmse')), fmt(a.get('cv_rmse')), fmt(a.get('heldout_rmse')),
-                         a.get('note', '')])
+    rows = [[m, name, fmt(a.get('fit_rmse')), fmt(a.get('cv_rmse')), fmt(a.get('heldout_rmse')), a.get('note', '')]
+            for m in metrics for name, a in bm[m]['metrics']['ablation'].items()]
     s.append(md_table(['metric', 'model', 'fit RMSE', 'CV RMSE', 'held-out RMSE', 'note'], rows) + '\n')
     s.append(selection_md(bm))
-    s.append(budget_forms_md(bm))
-    s.append(goals_md(bm))
-    s.append(joint_md(bm))
+    # the budget term's shapes side by side (law.forms.budget_forms): Delta's errors of each, and of the null model
+    rows = [[m, name, fmt(f['fit_rmse']), fmt(f['cv_rmse']), fmt(f['cv_max_abs']), fmt(f['heldout_rmse']),
+             fmt(f['heldout_max_abs'])] for m in bm if bm[m]['metrics'].get('budget_forms')
+            for name, f in bm[m]['metrics']['budget_forms'].items()]
+    s.append('## The budget term\'s shape (errors of Delta; CV: leave one configuration out)\n\n' + md_table(
+        ['metric', 'form', 'fit RMSE', 'CV RMSE', 'CV max abs', 'held-out RMSE', 'held-out max abs'], rows) + '\n'
+        if rows else '')
+    rows = [[m] + goal_texts(bm[m]['metrics']['goals']) for m in bm if bm[m]['metrics'].get('goals')]
+    s.append('## Held-out goals (seed std: the seed noise of Delta)\n\n'
+             + md_table(['metric', 'RMSE', 'sign', 'R^2'], rows) + '\n' if rows else '')
+    # the joint law of each metric: its terms with intervals, its held-out tests against a constant Delta
+    coefs = lambda j: ', '.join(f'{k} {with_interval(c["value"], *(c["ci"] or (None, None)), ".4g")}'
+                                for k, c in j['coefficients'].items())
+    joint = [f'- `{m}`: {joint_text(r["joint"])}' + (f'\n  {coefs(r["joint"])}' if r['joint'].get('fitted') else '')
+             for m, r in bm.items() if r.get('joint')]
+    s.append('\n'.join(['## Joint law (dense and X-MoD in one law; law/joint.py)\n', *joint]) + '\n' if joint else '')
     s.append(delta_vs_tokens_md(result['delta_vs_tokens']))
-    s.append(fixes_md(result.get('fixes', {})))
+    s.append(fixes_md(result['fixes']))
     s.append('## Runs\n')
     # m the primary metric, o the other (METRICS has two: val_loss_causal and val_loss)
     m, o = result['metric'], [x for x in metrics if x != result['metric']][0]
@@ -455,38 +439,16 @@ def summary_md(result, runs):
     return '\n'.join(s)
 
 
-def null_verdict(v):
-    """', Delta = 0 x: beats both nulls' or ': no better than a constant' for a held-out test with its null
-    comparison (law.joint.versus_nulls); '' for a fit.json from before it."""
-    if 'vs_null' not in v:
-        return ''
-    zero = f', Delta = 0 {fmt(v["vs_null"]["zero"]["null_rmse_delta"])}'
-    return zero + (': beats both nulls (95%)' if v['beats_null'] else ': no better than a constant')
-
-
 def joint_text(j):
     """One line about the joint law (law/joint.py) of one metric."""
     if not j.get('fitted'):
         return f'joint: not fitted ({j.get("note")})'
     held = '; '.join(f'held out {v["held_out"]}: RMSE(Delta) {fmt(v["rmse_delta"])}, constant Delta '
-                     f'{fmt(v["null_rmse_delta"])}' + null_verdict(v)
+                     f'{fmt(v["null_rmse_delta"])}, Delta = 0 {fmt(v["vs_null"]["zero"]["null_rmse_delta"])}: '
+                     + ('beats both nulls (95%)' if v['beats_null'] else 'no better than a constant')
                      for v in j['heldout'].values() if v.get('rmse_delta') is not None)
     return (f'joint ({j["n_runs"]} runs, {j["n_pairs"]} pairs): terms {", ".join(j["terms"]) or "none (the dense law)"}'
             f'; Delta rmse fit {fmt(j["fit"]["rmse_delta"])}, cv {fmt(j["cv"]["rmse_delta"])}; {held}')
-
-
-def joint_md(bm):
-    """The joint law of each metric: its terms with intervals, and its held-out tests against a constant Delta."""
-    fitted = {m: r['joint'] for m, r in bm.items() if r.get('joint')}
-    if not fitted:
-        return ''
-    s = ['## Joint law (dense and X-MoD in one law; law/joint.py)\n']
-    for m, j in fitted.items():
-        s.append(f'- `{m}`: {joint_text(j)}')
-        if j.get('fitted'):
-            s.append('  ' + ', '.join(f'{k} {with_interval(c["value"], *(c["ci"] or (None, None)), ".4g")}'
-                                      for k, c in j['coefficients'].items()))
-    return '\n'.join(s) + '\n'
 
 
 def selection_md(bm):
@@ -509,18 +471,6 @@ def selection_md(bm):
     return '\n'.join(s)
 
 
-def budget_forms_md(bm):
-    """The budget term's shapes side by side (law.forms.budget_forms): Delta's errors of each, and of the null model."""
-    rows = [[m, name, fmt(f['fit_rmse']), fmt(f['cv_rmse']), fmt(f['cv_max_abs']), fmt(f['heldout_rmse']),
-             fmt(f['heldout_max_abs'])] for m in bm if bm[m]['metrics'].get('budget_forms')
-            for name, f in bm[m]['metrics']['budget_forms'].items()]
-    if not rows:
-        return ''
-    return ('## The budget term\'s shape (errors of Delta; CV: leave one configuration out)\n\n'
-            + md_table(['metric', 'form', 'fit RMSE', 'CV RMSE', 'CV max abs', 'held-out RMSE', 'held-out max abs'],
-                       rows) + '\n')
-
-
 def goal_texts(g):
     """The three held-out goals in words, each with its verdict."""
     r, sg, q = g['rmse'], g['sign'], g['r2']
@@ -529,15 +479,6 @@ def goal_texts(g):
             f'sign right on {right} pairs with abs(Delta) > 2 seed std (goal >= 90%): {sg["status"]}',
             f'R^2(Delta) {fmt(q["value"])} (goal >= 0.85 where the held-out Deltas span > 3 seed std = '
             f'{fmt(q["span_needed"])}; span {fmt(q["span"])}): {q["status"]}']
-
-
-def goals_md(bm):
-    """The held-out goals table, a row per metric of bm (fit.json's by_metric); '' if none."""
-    rows = [[m] + goal_texts(bm[m]['metrics']['goals']) for m in bm if bm[m]['metrics'].get('goals')]
-    if not rows:
-        return ''
-    return ('## Held-out goals (seed std: the seed noise of Delta)\n\n'
-            + md_table(['metric', 'RMSE', 'sign', 'R^2'], rows) + '\n')
 
 
 def mean_pm_se(row):
@@ -568,14 +509,13 @@ def fixes_md(table):
     if not table:
         return '\n'.join(s + ['No router-knob fix has a full X-MoD run of the same config and seed.\n'])
     rows = [[e['fix'], e['config'], ', '.join(map(str, e['seeds'])), mean_pm_se(e['val_loss_causal']),
-             mean_pm_se(e['val_loss'])]
-            for e in table.values()]
+             mean_pm_se(e['val_loss'])] for e in table.values()]
     return '\n'.join(s + [md_table(['fix', 'config', 'seeds', 'causal', 'top-k'], rows) + '\n'])
 
 
 def print_summary(result, runs, out, n_plots):
-    """Print, per metric, the dense law, the joint and relative laws, the form and the goals, then
-    where fit_law.py wrote its files (out), and last what a shared untuned rate means; returns None."""
+    """Print, per metric, the dense, joint and relative laws, the form and the goals; where the files went (out); and
+    last what a shared untuned rate means."""
     i = result['inputs']
     print(f'runs: {i["n_runs"]} ({", ".join(f"{k} {v}" for k, v in i["variants"].items())}), {i["n_heldout"]} held '
           f'out' + (f' by {i["holdout"]!r}' if i['holdout'] else ''))
@@ -600,8 +540,7 @@ def print_summary(result, runs, out, n_plots):
         if r['metrics']['goals']:
             print(f'[{m}] held-out goals: ' + '; '.join(goal_texts(r['metrics']['goals'])))
     print(f'wrote {os.path.join(out, "fit.json")}, summary.md and {n_plots} plots')
-    note = shared_rate_note(result, runs)
-    if note:
+    if note := shared_rate_note(result, runs):
         print(note)
 
 
@@ -626,9 +565,7 @@ def to_json(x):
         return [to_json(v) for v in x]
     if isinstance(x, (np.floating, float)):
         return float(x) if math.isfinite(x) else None
-    if isinstance(x, np.integer):
-        return int(x)
-    return x
+    return int(x) if isinstance(x, np.integer) else x
 
 
 def to_json_text(x):
