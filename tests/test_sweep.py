@@ -258,22 +258,57 @@ SWEEP_FILES = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(RO
                      if os.path.basename(p) not in ('sweep.py', 'recipe.py'))
 
 
+# Runs each sweep file, or the runner on one, as `python FILE ARGS` does, in one interpreter (one torch import for
+# them all): each starts with the interpreter's own sys.path, the file's folder first, and none of the repository's
+# modules imported, so a file that relies on another's imports or on pytest's path fails here as it would alone.
+# argv: a JSON list of [key, cwd, [file, *args]]; prints {key: [exit code, stdout, stderr tail]} as JSON.
+AS_SCRIPTS = r'''
+import contextlib, io, json, os, runpy, sys
+base = [p for p in sys.path if p and os.path.abspath(p) != os.getcwd()]
+jobs, root = json.loads(sys.argv[1]), os.path.abspath(sys.argv[2]) + os.sep
+for key, cwd, (script, *args) in jobs:
+    os.chdir(cwd)
+    for m in [m for m, mod in sys.modules.items()
+              if os.path.abspath(getattr(mod, '__file__', None) or os.sep).startswith(root)]:
+        del sys.modules[m]
+    sys.path[:] = [os.path.dirname(os.path.abspath(script))] + base
+    sys.argv = [script, *args]
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            runpy.run_path(script, run_name='__main__')
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except Exception as e:
+            code, _ = 1, err.write(f'{type(e).__name__}: {e}')
+    print(json.dumps({key: [code, out.getvalue(), err.getvalue()[-500:]]}))
+'''
+
+
 def test_every_sweep_file_runs_itself(tmp_path):
     """`python sweeps/NAME.py --dry_run` hands the file and its arguments to the runner, sweeps/sweep.py (a dry run
     needs no data; --out keeps the committed results folder out of it), from any folder; for two files, one at each
-    level, the same lines as the runner's. The dry runs go two at a time (each is mostly a Python start)."""
-    def dry(*script, cwd=ROOT):
-        return subprocess.run([sys.executable, *script, '--dry_run', f'--out={tmp_path}'], capture_output=True,
-                              text=True, cwd=cwd, env=ENV, timeout=300)
-    runner = ('sweeps/classroom.py', 'sweeps/study/cpu_context.py')
-    jobs = [(path, (os.path.join(ROOT, path),), tmp_path) for path in SWEEP_FILES]
-    jobs += [(path + ' (runner)', (os.path.join('sweeps', 'sweep.py'), path), ROOT) for path in runner]
+    level, the same lines as the runner's. Those two run as their own processes from another folder; every file
+    (those two again) and the runner on those two run as scripts one after another in one more process (AS_SCRIPTS:
+    each mostly a Python start otherwise)."""
+    args = ['--dry_run', f'--out={tmp_path}']
+    alone = ('sweeps/gpu_small.py', 'sweeps/study/cpu_code.py')        # two of the quick ones
+    jobs = [(path, str(tmp_path), [os.path.join(ROOT, path), *args]) for path in SWEEP_FILES]
+    jobs += [(path + ' (runner)', ROOT, [os.path.join('sweeps', 'sweep.py'), path, *args]) for path in alone]
+    cmds = [[sys.executable, os.path.join(ROOT, path), *args] for path in alone]
+    cmds.append([sys.executable, '-c', AS_SCRIPTS, json.dumps(jobs), ROOT])
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        out = dict(zip([j[0] for j in jobs], pool.map(lambda j: dry(*j[1], cwd=j[2]), jobs)))
+        procs = list(pool.map(lambda cmd: subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path),
+                                                         env=ENV, timeout=300), cmds))
+    assert procs[-1].returncode == 0, procs[-1].stderr[-2000:]
+    out = {k: v for line in procs[-1].stdout.splitlines() for k, v in json.loads(line).items()}
+    assert sorted(out) == sorted(j[0] for j in jobs)
     for path in SWEEP_FILES:
-        assert out[path].returncode == 0 and 'FLOPs:' in out[path].stdout, (path, out[path].stderr[-500:])
-    for path in runner:
-        assert out[path].stdout == out[path + ' (runner)'].stdout, path
+        code, stdout, stderr = out[path]
+        assert code == 0 and 'FLOPs:' in stdout, (path, code, stderr)
+    for path, p in zip(alone, procs):
+        assert p.returncode == 0 and 'FLOPs:' in p.stdout, (path, p.stderr[-500:])
+        assert p.stdout == out[path][1] == out[path + ' (runner)'][1], path
 
 
 def test_sweeps_take_train_defaults_from_its_config_block():
