@@ -355,13 +355,22 @@ def test_ddp_random_routing_draws_what_one_process_draws(corpus, tmp_path):
 @needs_devices(2)
 def test_ddp_bad_accumulation_is_refused_once(corpus, tmp_path):
     """A --gradient_accumulation_steps the world size does not divide: every rank refuses it before anything is
-    written, rank 0 in one line of its own (a rank other than 0 names itself), and the folder stays empty."""
-    r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', TRAIN,
-                        f'--data_dir={corpus}', *TINY, '--gradient_accumulation_steps=3', f'--out_dir={tmp_path}'],
-                       capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
-    assert r.returncode != 0
-    ours = [line for line in (r.stdout + r.stderr).splitlines() if line.startswith('train.py: error')]
-    assert len(ours) == 1 and 'not a multiple of the world size 2' in ours[0], r.stderr[-2000:]
+    written (exit 2), rank 0 in one line of its own, a rank other than 0 in one line that names itself, and the
+    folder stays empty. The two ranks are started as torchrun starts them (RANK, LOCAL_RANK, WORLD_SIZE), side by
+    side, but without its agent: it stops the other ranks as soon as one exits, so under load the slower rank (rank
+    0 as often as not) was killed before it could say anything."""
+    why = 'is not a multiple of the world size 2'
+    env = dict(ENV, WORLD_SIZE='2')
+    ranks = [subprocess.Popen([sys.executable, TRAIN, f'--data_dir={corpus}', *TINY, '--gradient_accumulation_steps=3',
+                               f'--out_dir={tmp_path}'], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=ROOT, env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank))) for rank in (0, 1)]
+    (out0, err0), (out1, err1) = (p.communicate(timeout=120) for p in ranks)
+    assert [p.returncode for p in ranks] == [2, 2], err0 + err1
+    # counted in each rank's whole output, not line by line: what else a rank prints cannot split or hide it
+    assert (out0 + err0).count('train.py: error') == 1 and (out0 + err0).count(why) == 1, err0
+    assert err0.startswith('train.py: error') and '[rank' not in out0 + err0, err0
+    assert (out1 + err1).count('[rank 1] train.py: error') == 1 and (out1 + err1).count(why) == 1, err1
+    assert (out1 + err1).count('train.py: error') == 1, err1
     assert os.listdir(tmp_path) == []
 
 
