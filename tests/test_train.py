@@ -832,23 +832,32 @@ def test_wsd_schedule():
     assert train.DEFAULTS['lr_schedule'] == 'cosine' and train.DEFAULTS['cooldown_frac'] == 0.2
 
 
-def test_wsd_branch_equals_the_separate_run(corpus, tmp_path):
+def test_wsd_branch_equals_the_separate_run(corpus, tmp_path, capsys, monkeypatch, one_thread):
     """The contract of --save_steps and --init_from=PATH/ckpt_S.pt: a WSD run of budget N equals, bit for bit, the
     branch taken from a longer WSD run of the same seed and settings at the step where N's cooldown starts: the same
     losses, learning rate and statistics in every row from that step on, and the same final weights. Budgets 20 and
     25 branch at steps 16 (between evaluations: the branch carries the parent's training-loss sum) and 20 (an
-    evaluation step). Dropout and gradient accumulation on, so RNG state and data position both matter."""
+    evaluation step). Dropout and gradient accumulation on, so RNG state and data position both matter. The runs go
+    in this process (train.main), one thread each as the subprocesses of the other tests."""
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')          # train.py's thread count: 1 for every run, whatever the load
+
+    def here(*args):
+        """train.py's command line in this process: its exit code and what it printed."""
+        rc = train.main(list(args))
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(args, rc, out, err)
+
     base = [f'--data_dir={corpus}', '--model=xmod', '--lr_schedule=wsd', '--dropout=0.1',
             '--gradient_accumulation_steps=2', *TINY[:4], '--eval_interval=5', '--eval_tokens=512', '--warmup_iters=2',
             '--log_interval=2']
     long = str(tmp_path / 'long')
-    r = run(TRAIN, *base, '--max_iters=40', '--save_steps=16,20', f'--out_dir={long}')
+    r = here(*base, '--max_iters=40', '--save_steps=16,20', f'--out_dir={long}')
     assert r.returncode == 0, r.stderr
     assert sorted(os.listdir(long)) == ['ckpt.pt', 'ckpt_16.pt', 'ckpt_20.pt', 'log.csv', 'run.json', 'train.lock']
     for budget, at in ((20, 16), (25, 20)):
         alone, branch = str(tmp_path / f'alone{budget}'), str(tmp_path / f'branch{budget}')
-        assert run(TRAIN, *base, f'--max_iters={budget}', f'--out_dir={alone}').returncode == 0
-        r = run(TRAIN, f'--init_from={long}/ckpt_{at}.pt', f'--max_iters={budget}', f'--out_dir={branch}')
+        assert here(*base, f'--max_iters={budget}', f'--out_dir={alone}').returncode == 0
+        r = here(f'--init_from={long}/ckpt_{at}.pt', f'--max_iters={budget}', f'--out_dir={branch}')
         assert r.returncode == 0, r.stderr
         assert f'branch of {long}/ckpt_{at}.pt at step {at}; its cooldown starts at step {at}' in r.stdout
         rows_alone = {x['step']: x for x in read_log(alone)}
@@ -865,7 +874,7 @@ def test_wsd_branch_equals_the_separate_run(corpus, tmp_path):
         assert all(torch.equal(a[k], b[k]) for k in a)
         # the same command again finds the finished branch and leaves it as it is (sweeps/sweep.py reruns commands)
         before = read_log(branch)
-        assert run(TRAIN, f'--init_from={long}/ckpt_{at}.pt', f'--max_iters={budget}',
+        assert here(f'--init_from={long}/ckpt_{at}.pt', f'--max_iters={budget}',
                    f'--out_dir={branch}').returncode == 0
         assert read_log(branch) == before
     # the long run's own cooldown is untouched by what it kept
