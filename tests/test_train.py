@@ -2,7 +2,8 @@
 Tests for train.py and sample.py: tiny end-to-end runs of every family, exact resume, atomic checkpoints, DDP with
 two CPU processes, sampling, and every bad-input case of issue 3 (exit code 2, one line, nothing on disk touched).
 Everything runs on a tiny self-made corpus in a temporary folder; no network, no data/ folder needed.
-Training runs are subprocesses with one thread each (two threads on a busy 2-core machine oversubscribe badly).
+Training runs are one thread each (two threads on a busy 2-core machine oversubscribe badly): subprocesses where
+the process is what is tested (exit codes, locks, torchrun), else train.main in this process (the `here` fixture).
 """
 import json
 import os
@@ -75,6 +76,19 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture
+def here(capsys, monkeypatch, one_thread):
+    """here(*args): train.py's command line run in this process (train.main), one thread as the subprocesses of
+    conftest.run, whatever the load; its exit code and what it printed, as a CompletedProcess."""
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')          # train.py's thread count
+
+    def call(*args):
+        rc = train.main(list(args))
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(args, rc, out, err)
+    return call
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -222,22 +236,23 @@ def test_key_value_as_two_arguments_flags_and_lists(tmp_path, capsys):
 # resume, atomic save, NaN
 
 @pytest.mark.parametrize('router', ['learned', 'random'])
-def test_resume_is_exact(corpus, tmp_path, router):
+def test_resume_is_exact(corpus, tmp_path, router, here):
     """A run stopped after step 12 (its checkpoint is at step 10) and resumed reaches exactly the losses of an
     uninterrupted run: dropout and gradient accumulation on, so RNG state and data position both matter; random
-    routing draws from (seed, step, row), so a resume draws what the uninterrupted run drew."""
+    routing draws from (seed, step, row), so a resume draws what the uninterrupted run drew. The runs go in this
+    process (here)."""
     args = [f'--data_dir={corpus}', '--max_iters=20', '--dropout=0.1', '--gradient_accumulation_steps=2',
             f'--router={router}'] + TINY[:4]
     args += ['--eval_interval=5', '--eval_tokens=512', '--warmup_iters=2', '--log_interval=3']
     a, b = str(tmp_path / 'a'), str(tmp_path / 'b')
-    assert run(TRAIN, *args, f'--out_dir={a}').returncode == 0
-    r = run(TRAIN, *args, f'--out_dir={b}', '--stop_iter=12')
+    assert here(*args, f'--out_dir={a}').returncode == 0
+    r = here(*args, f'--out_dir={b}', '--stop_iter=12')
     assert r.returncode == 0 and 'stop_iter' in r.stdout
     assert [int(x['step']) for x in read_log(b)] == [0, 5, 10] and read_json(b)['finished'] is False
     # a kill between writing a row and saving its checkpoint leaves a row past the checkpoint, and a torn line
     with open(os.path.join(b, 'log.csv'), 'a') as f:
         f.write('15,' + ','.join(['1.0'] * (len(read_log(b)[0]) - 1)) + '\n16,0.5')
-    r = run(TRAIN, '--init_from=resume', f'--out_dir={b}')    # the rest of the config comes from the checkpoint
+    r = here('--init_from=resume', f'--out_dir={b}')    # the rest of the config comes from the checkpoint
     assert r.returncode == 0, r.stderr
     torn = [line for line in r.stdout.splitlines() if 'cut mid-line' in line]   # said once; the full row 15 is not
     assert len(torn) == 1 and "'16,0.5'" in torn[0] and 'resumes at step 10' in torn[0], r.stdout
@@ -250,7 +265,7 @@ def test_resume_is_exact(corpus, tmp_path, router):
     assert read_json(b)['finished'] is True and read_json(b)['final'] == read_json(a)['final']
     # init_from=auto on a finished run: nothing left to do, the log stays as it is
     before = read_log(b)
-    r = run(TRAIN, '--init_from=auto', f'--out_dir={b}')
+    r = here('--init_from=auto', f'--out_dir={b}')
     assert r.returncode == 0 and read_log(b) == before
 
 
@@ -832,21 +847,13 @@ def test_wsd_schedule():
     assert train.DEFAULTS['lr_schedule'] == 'cosine' and train.DEFAULTS['cooldown_frac'] == 0.2
 
 
-def test_wsd_branch_equals_the_separate_run(corpus, tmp_path, capsys, monkeypatch, one_thread):
+def test_wsd_branch_equals_the_separate_run(corpus, tmp_path, here):
     """The contract of --save_steps and --init_from=PATH/ckpt_S.pt: a WSD run of budget N equals, bit for bit, the
     branch taken from a longer WSD run of the same seed and settings at the step where N's cooldown starts: the same
     losses, learning rate and statistics in every row from that step on, and the same final weights. Budgets 20 and
     25 branch at steps 16 (between evaluations: the branch carries the parent's training-loss sum) and 20 (an
     evaluation step). Dropout and gradient accumulation on, so RNG state and data position both matter. The runs go
-    in this process (train.main), one thread each as the subprocesses of the other tests."""
-    monkeypatch.setenv('OMP_NUM_THREADS', '1')          # train.py's thread count: 1 for every run, whatever the load
-
-    def here(*args):
-        """train.py's command line in this process: its exit code and what it printed."""
-        rc = train.main(list(args))
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(args, rc, out, err)
-
+    in this process (here)."""
     base = [f'--data_dir={corpus}', '--model=xmod', '--lr_schedule=wsd', '--dropout=0.1',
             '--gradient_accumulation_steps=2', *TINY[:4], '--eval_interval=5', '--eval_tokens=512', '--warmup_iters=2',
             '--log_interval=2']
