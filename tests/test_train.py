@@ -3,8 +3,10 @@ Tests for train.py and sample.py: tiny end-to-end runs of every family, exact re
 two CPU processes, sampling, and every bad-input case of issue 3 (exit code 2, one line, nothing on disk touched).
 Everything runs on a tiny self-made corpus in a temporary folder; no network, no data/ folder needed.
 Training runs are one thread each (two threads on a busy 2-core machine oversubscribe badly): subprocesses where
-the process is what is tested (exit codes, locks, torchrun), else train.main in this process (the `here` fixture).
+the process is what is tested (exit codes, locks, torchrun), else train.main in this process (`here`).
 """
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -56,14 +58,27 @@ def snapshot(*folders):
     return snap
 
 
+def here(*args):
+    """train.py's command line run in this process (train.main) as conftest.run runs it in a subprocess: one thread
+    (OMP_NUM_THREADS=1, torch's count restored afterwards), stdout and stderr captured; a CompletedProcess."""
+    n, out, err = torch.get_num_threads(), io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        mp.setenv('OMP_NUM_THREADS', '1')                  # train.py's thread count, whatever the load
+        try:
+            rc = train.main(list(args))
+        finally:
+            torch.set_num_threads(n)
+    return subprocess.CompletedProcess(args, rc, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture(scope='module')
 def runs(corpus, tmp_path_factory):
-    """One tiny finished run of each family: {model: out_dir}."""
+    """One tiny finished run of each family, trained in this process: {model: out_dir}."""
     base = tmp_path_factory.mktemp('runs')
     outs = {}
     for model in xmod.MODELS:
         out = str(base / model)
-        r = run(TRAIN, f'--data_dir={corpus}', f'--out_dir={out}', f'--model={model}', *TINY)
+        r = here(f'--data_dir={corpus}', f'--out_dir={out}', f'--model={model}', *TINY)
         assert r.returncode == 0, r.stderr
         outs[model] = out
     return outs
@@ -76,19 +91,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
-
-
-@pytest.fixture
-def here(capsys, monkeypatch, one_thread):
-    """here(*args): train.py's command line run in this process (train.main), one thread as the subprocesses of
-    conftest.run, whatever the load; its exit code and what it printed, as a CompletedProcess."""
-    monkeypatch.setenv('OMP_NUM_THREADS', '1')          # train.py's thread count
-
-    def call(*args):
-        rc = train.main(list(args))
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(args, rc, out, err)
-    return call
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -236,7 +238,7 @@ def test_key_value_as_two_arguments_flags_and_lists(tmp_path, capsys):
 # resume, atomic save, NaN
 
 @pytest.mark.parametrize('router', ['learned', 'random'])
-def test_resume_is_exact(corpus, tmp_path, router, here):
+def test_resume_is_exact(corpus, tmp_path, router):
     """A run stopped after step 12 (its checkpoint is at step 10) and resumed reaches exactly the losses of an
     uninterrupted run: dropout and gradient accumulation on, so RNG state and data position both matter; random
     routing draws from (seed, step, row), so a resume draws what the uninterrupted run drew. The runs go in this
@@ -847,7 +849,7 @@ def test_wsd_schedule():
     assert train.DEFAULTS['lr_schedule'] == 'cosine' and train.DEFAULTS['cooldown_frac'] == 0.2
 
 
-def test_wsd_branch_equals_the_separate_run(corpus, tmp_path, here):
+def test_wsd_branch_equals_the_separate_run(corpus, tmp_path):
     """The contract of --save_steps and --init_from=PATH/ckpt_S.pt: a WSD run of budget N equals, bit for bit, the
     branch taken from a longer WSD run of the same seed and settings at the step where N's cooldown starts: the same
     losses, learning rate and statistics in every row from that step on, and the same final weights. Budgets 20 and
