@@ -13,17 +13,19 @@ import torch
 import torch.nn.functional as F
 
 import run_folder
+import sample
+import train
 from conftest import (
     CASES,
     ENV,
     ROOT,
-    SAMPLE,
     TINY,
     TRAIN,
     V,
     assert_bad_input,
     assert_same_losses,
     batch,
+    in_process,
     needs_devices,
     read_json,
     read_log,
@@ -201,14 +203,14 @@ def test_train_bf16_resumes_exactly_and_samples(corpus, tmp_path):
     resumed from its step-5 checkpoint logs exactly the uninterrupted run's numbers; sample.py generates from the
     bf16 run's checkpoint in bf16, with and without the cache, and in float32 the same greedy text both ways (in
     bf16 a 10-step model's near-tied logits can round either way between the cached and the uncached kernels: seen
-    here, 'e' and 'b' swapped at the 24th new token)."""
+    here, 'e' and 'b' swapped at the 24th new token). train.py and sample.py run in this process (in_process)."""
     args = [f'--data_dir={corpus}', '--model=xmod', '--dtype=bfloat16', *TINY]
     a, b = str(tmp_path / 'a'), str(tmp_path / 'b')
-    r = run(TRAIN, *args, f'--out_dir={a}')
+    r = in_process(train.main, *args, f'--out_dir={a}')
     assert r.returncode == 0, r.stderr
     assert read_json(a)['dtype'] == 'bfloat16' and 'cpu bfloat16' in r.stdout
-    assert run(TRAIN, *args, f'--out_dir={b}', '--stop_iter=7').returncode == 0
-    r = run(TRAIN, '--init_from=resume', f'--out_dir={b}', '--dtype=bfloat16')
+    assert in_process(train.main, *args, f'--out_dir={b}', '--stop_iter=7').returncode == 0
+    r = in_process(train.main, '--init_from=resume', f'--out_dir={b}', '--dtype=bfloat16')
     assert r.returncode == 0, r.stderr
     rows_a, rows_b = read_log(a), read_log(b)
     assert [x['step'] for x in rows_a] == [x['step'] for x in rows_b] == ['0', '5', '10']
@@ -220,13 +222,13 @@ def test_train_bf16_resumes_exactly_and_samples(corpus, tmp_path):
     texts = {}
     for dtype in ('bfloat16', 'float32'):
         for cache in ('True', 'False'):
-            r = run(SAMPLE, f'--out_dir={a}', f'--dtype={dtype}', '--start=to be', '--num_samples=1',
+            r = in_process(sample.main, f'--out_dir={a}', f'--dtype={dtype}', '--start=to be', '--num_samples=1',
                     '--max_new_tokens=30', '--top_k=1', f'--use_cache={cache}', '--window=exact')   # past block_size
             assert r.returncode == 0 and r.stderr == '', r.stderr
             assert r.stdout.startswith('to be') and len(r.stdout.split('\n---------------\n')[0]) == len('to be') + 30
             texts[dtype, cache] = r.stdout
     assert texts['float32', 'True'] == texts['float32', 'False']
-    r = run(SAMPLE, f'--out_dir={a}', '--dtype=fp8')
+    r = in_process(sample.main, f'--out_dir={a}', '--dtype=fp8')
     assert_bad_input(r.returncode, r.stderr, "--dtype='fp8'", 'bfloat16')
 
 

@@ -5,8 +5,6 @@ Everything runs on a tiny self-made corpus in a temporary folder; no network, no
 Training runs are one thread each (two threads on a busy 2-core machine oversubscribe badly): subprocesses where
 the process is what is tested (exit codes, locks, torchrun), else train.main in this process (`here`).
 """
-import contextlib
-import io
 import json
 import os
 import subprocess
@@ -29,6 +27,7 @@ from conftest import (
     TRAIN,
     assert_bad_input,
     assert_same_losses,
+    in_process,
     needs_devices,
     read_json,
     read_log,
@@ -59,16 +58,8 @@ def snapshot(*folders):
 
 
 def here(*args):
-    """train.py's command line run in this process (train.main) as conftest.run runs it in a subprocess: one thread
-    (OMP_NUM_THREADS=1, torch's count restored afterwards), stdout and stderr captured; a CompletedProcess."""
-    n, out, err = torch.get_num_threads(), io.StringIO(), io.StringIO()
-    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        mp.setenv('OMP_NUM_THREADS', '1')                  # train.py's thread count, whatever the load
-        try:
-            rc = train.main(list(args))
-        finally:
-            torch.set_num_threads(n)
-    return subprocess.CompletedProcess(args, rc, out.getvalue(), err.getvalue())
+    """train.py's command line in this process (conftest.in_process)."""
+    return in_process(train.main, *args)
 
 
 @pytest.fixture(scope='module')
