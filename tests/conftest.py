@@ -55,6 +55,13 @@ def in_process(main, *args):
     return subprocess.CompletedProcess(args, rc, out.getvalue(), err.getvalue())
 
 
+def bench_main(argv):
+    """bench.py's command line, for in_process (bench.py has no main of its own: run_main around bench.bench)."""
+    import bench
+    from configurator import run_main
+    return run_main('bench.py', bench.bench, argv)
+
+
 def read_log(out):
     with open(os.path.join(out, 'log.csv'), newline='') as f:
         return list(csv.DictReader(f))

@@ -25,6 +25,7 @@ from conftest import (
     assert_bad_input,
     assert_same_losses,
     batch,
+    bench_main,
     in_process,
     needs_devices,
     read_json,
@@ -276,8 +277,8 @@ def test_bench_in_bf16(tmp_path):
     """bench.py --dtype=bfloat16 at a toy size: every phase of both models runs and is timed."""
     import json
     out = tmp_path / 'bench.json'
-    r = run(os.path.join(ROOT, 'bench.py'), '--contexts=40', '--n_embd=32', '--n_head=2', '--steps=1', '--rounds=1',
-            '--prompt=8', '--new_tokens=8', '--extras=False', '--dtype=bfloat16', f'--json={out}')
+    r = in_process(bench_main, '--contexts=40', '--n_embd=32', '--n_head=2', '--steps=1', '--rounds=1', '--prompt=8',
+                   '--new_tokens=8', '--extras=False', '--dtype=bfloat16', f'--json={out}')
     assert r.returncode == 0, r.stderr
     assert 'cpu bfloat16' in r.stdout
     rows = json.load(open(out))

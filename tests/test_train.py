@@ -27,6 +27,7 @@ from conftest import (
     TRAIN,
     assert_bad_input,
     assert_same_losses,
+    bench_main,
     in_process,
     needs_devices,
     read_json,
@@ -960,8 +961,8 @@ def test_redirected_output_arrives_line_by_line(corpus, tmp_path):
 def test_bench_prints_and_writes_its_rows(tmp_path):
     """bench.py at a toy size: every phase, the ratios it promises (reference rows at 1), the JSON rows' fields."""
     out = tmp_path / 'bench.json'
-    r = run(os.path.join(ROOT, 'bench.py'), '--contexts=40', '--n_embd=32', '--n_head=2', '--steps=1', '--rounds=1',
-            '--prompt=8', '--new_tokens=8', '--extras=False', f'--json={out}')
+    r = in_process(bench_main, '--contexts=40', '--n_embd=32', '--n_head=2', '--steps=1', '--rounds=1', '--prompt=8',
+                   '--new_tokens=8', '--extras=False', f'--json={out}')
     assert r.returncode == 0, r.stderr
     assert '| model | impl | T | phase |' in r.stdout
     rows = json.load(open(out))
@@ -1009,8 +1010,8 @@ def test_bench_extras_time_fast_against_naive(tmp_path):
     path against its naive one (the naive row is the reference, at 1), and dense against the nanoGPT-shaped GPT. The
     MoE's whole model at every T, the layers at the first."""
     out = tmp_path / 'bench.json'
-    r = run(os.path.join(ROOT, 'bench.py'), '--contexts=40,24', '--n_embd=32', '--n_head=2', '--steps=1',
-            '--rounds=1', '--phases=train', f'--json={out}')
+    r = in_process(bench_main, '--contexts=40,24', '--n_embd=32', '--n_head=2', '--steps=1', '--rounds=1',
+                   '--phases=train', f'--json={out}')
     assert r.returncode == 0, r.stderr
     rows = {(x['model'], x['impl'], x['phase'], x['T']): x for x in json.load(open(out))}
     for model, phase, T in (('moe', 'train', 40), ('moe', 'train', 24), ('moe', 'layer_train', 40),
