@@ -17,6 +17,7 @@ import torch
 
 import configurator
 import run_folder
+import sample
 import train
 import xmod
 from conftest import (
@@ -351,7 +352,7 @@ def test_ddp_random_routing_draws_what_one_process_draws(corpus, tmp_path):
     does not overwrite a rank's draw with rank 0's), so the losses are one process's with 2 micro-batches."""
     args = [f'--data_dir={corpus}', '--router=random'] + TINY + ['--max_iters=4', '--eval_interval=2']
     one, two = str(tmp_path / 'one'), str(tmp_path / 'two')
-    r = run(TRAIN, *args, '--gradient_accumulation_steps=2', f'--out_dir={one}')
+    r = here(*args, '--gradient_accumulation_steps=2', f'--out_dir={one}')
     assert r.returncode == 0, r.stderr
     r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
                         TRAIN, *args, f'--out_dir={two}'], capture_output=True, text=True, cwd=ROOT, env=ENV,
@@ -424,9 +425,9 @@ def test_accumulation_equals_one_big_batch(corpus, tmp_path, router):
     base = [f'--data_dir={corpus}'] + TINY[:3] + TINY[4:] + ['--max_iters=4', '--eval_interval=1', '--log_interval=1',
                                                            f'--router={router}']
     one, four = str(tmp_path / 'b16'), str(tmp_path / 'b4x4')
-    r = run(TRAIN, *base, '--batch_size=16', f'--out_dir={one}')
+    r = here(*base, '--batch_size=16', f'--out_dir={one}')
     assert r.returncode == 0, r.stderr
-    r = run(TRAIN, *base, '--batch_size=4', '--gradient_accumulation_steps=4', f'--out_dir={four}')
+    r = here(*base, '--batch_size=4', '--gradient_accumulation_steps=4', f'--out_dir={four}')
     assert r.returncode == 0, r.stderr
     assert_same_losses(one, four, ('train_loss', 'val_loss', 'val_loss_causal'), 1e-5)
 
@@ -454,7 +455,7 @@ def test_run_json_says_what_code_ran(tmp_path):
 
 
 def test_sample(runs):
-    r = run(SAMPLE, f"--out_dir={runs['xmod']}", '--start=to be', '--num_samples=2', '--max_new_tokens=40')
+    r = in_process(sample.main, f"--out_dir={runs['xmod']}", '--start=to be', '--num_samples=2', '--max_new_tokens=40')
     assert r.returncode == 0, r.stderr
     samples = r.stdout.split('\n---------------\n')[:2]      # a sample may itself end in newlines: no strip
     assert len(samples) == 2 and all(s.startswith('to be') and len(s) == len('to be') + 40 for s in samples)
@@ -526,7 +527,7 @@ def test_mfu_against_a_given_peak(corpus, tmp_path):
     """--peak_tflops gives log.csv's mfu: training FLOPs per second (3 x forward FLOPs/token x tokens/s) over the
     peak; step 0 has trained nothing and has none."""
     out = str(tmp_path / 'mfu')
-    r = run(TRAIN, f'--data_dir={corpus}', f'--out_dir={out}', '--peak_tflops=1e-3', *TINY)
+    r = here(f'--data_dir={corpus}', f'--out_dir={out}', '--peak_tflops=1e-3', *TINY)
     assert r.returncode == 0, r.stderr
     rows, fpt = read_log(out), read_json(out)['flops_per_token']
     assert rows[0]['mfu'] == ''
@@ -811,7 +812,7 @@ def test_extending_a_finished_run_keeps_its_schedule(runs, tmp_path):
     import shutil
     shutil.copytree(runs['dense'], out)
     before = read_log(out)
-    r = run(TRAIN, f'--out_dir={out}', '--init_from=resume', '--max_iters=14', '--eval_interval=2')
+    r = here(f'--out_dir={out}', '--init_from=resume', '--max_iters=14', '--eval_interval=2')
     assert r.returncode == 0, r.stderr
     assert 'extending' in r.stdout and 'min_lr' in r.stdout
     rows = read_log(out)
@@ -885,7 +886,7 @@ def test_branch_bad_input(corpus, tmp_path, bad_train):
     """A missing kept step, a branch into its parent's folder, and a branch with nothing left to train: exit 2, one
     line, nothing touched."""
     parent = str(tmp_path / 'parent')
-    assert run(TRAIN, f'--data_dir={corpus}', *TINY, '--save_steps=10', f'--out_dir={parent}').returncode == 0
+    assert here(f'--data_dir={corpus}', *TINY, '--save_steps=10', f'--out_dir={parent}').returncode == 0
     before = snapshot(parent)
     for args, needle in (([f'--init_from={parent}/ckpt_7.pt'], 'keep that step with --save_steps'),
                          ([f'--init_from={parent}/ckpt_10.pt', f'--out_dir={parent}'], 'its own --out_dir'),
