@@ -40,14 +40,18 @@ def run(script, *args, env=ENV, timeout=300):
                           timeout=timeout)
 
 
-def in_process(main, *args):
+def in_process(main, *args, omp='1'):
     """A script's command line run in this process, main(args) (train.main, sample.main, ...), as run() runs it in a
-    subprocess: one thread (OMP_NUM_THREADS=1, torch's count restored afterwards), stdout and stderr captured; a
+    subprocess: OMP_NUM_THREADS=omp (one thread, train.py's count whatever the load; None: unset, as test_sweep.py's
+    ENV leaves it to sweeps/sweep.py), torch's thread count restored afterwards, stdout and stderr captured; a
     CompletedProcess. For the tests where the process itself (its start, a lock, a signal, torchrun) is not tested:
     it saves the interpreter and torch start of each call."""
     n, out, err = torch.get_num_threads(), io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        mp.setenv('OMP_NUM_THREADS', '1')                  # train.py's thread count, whatever the load
+        if omp is None:
+            mp.delenv('OMP_NUM_THREADS', raising=False)
+        else:
+            mp.setenv('OMP_NUM_THREADS', omp)
         try:
             rc = main(list(args))
         finally:
