@@ -237,7 +237,7 @@ def test_train_float16_uses_the_grad_scaler(corpus, tmp_path):
     """--dtype=float16 on the CPU (the old-GPU path: float16 autocast and a GradScaler): finite losses, and the
     scaler's state lives in the checkpoint, for an exact resume."""
     out = str(tmp_path / 'fp16')
-    r = run(TRAIN, f'--data_dir={corpus}', '--model=xmod', '--dtype=float16', f'--out_dir={out}', *TINY)
+    r = in_process(train.main, f'--data_dir={corpus}', '--model=xmod', '--dtype=float16', f'--out_dir={out}', *TINY)
     assert r.returncode == 0, r.stderr
     rows = read_log(out)
     assert read_json(out)['dtype'] == 'float16' and float(rows[-1]['val_loss']) < float(rows[0]['val_loss'])
@@ -247,13 +247,13 @@ def test_train_float16_uses_the_grad_scaler(corpus, tmp_path):
 
 def test_train_bf16_compiled(corpus, tmp_path):
     """--dtype=bfloat16 --compile=True: the compiled run trains (top-k), evaluates (top-k and causal) and logs the
-    eager bf16 run's losses to within bf16 rounding."""
+    eager bf16 run's losses to within bf16 rounding (the eager run in this process)."""
     # Drrr (4 layers, FLOP-matched to 2 dense ones): every kind of layer, a third of the default's compile time
     args = [f'--data_dir={corpus}', '--model=xmod', '--dense_layers=2', '--dtype=bfloat16', *TINY[:4],
             '--max_iters=4', '--eval_interval=4', '--eval_tokens=256', '--warmup_iters=2', '--log_interval=2']
     eager, compiled = str(tmp_path / 'eager'), str(tmp_path / 'compiled')
-    assert run(TRAIN, *args, f'--out_dir={eager}').returncode == 0
-    r = run(TRAIN, *args, f'--out_dir={compiled}', '--compile=True', timeout=600)
+    assert in_process(train.main, *args, f'--out_dir={eager}').returncode == 0
+    r = run(TRAIN, *args, f'--out_dir={compiled}', '--compile=True', timeout=600)    # compiles in a fresh process
     assert r.returncode == 0, r.stderr[-3000:]
     assert_same_losses(eager, compiled, ('train_loss', 'val_loss', 'val_loss_causal'), 0.02)
 
@@ -264,7 +264,7 @@ def test_ddp_two_processes_match_one_in_bf16(corpus, tmp_path):
     """2 gloo processes under bf16 autocast at the same global batch give the 1-process losses to bf16 rounding."""
     args = [f'--data_dir={corpus}', '--gradient_accumulation_steps=2', '--dtype=bfloat16', *TINY]
     one, two = str(tmp_path / 'one'), str(tmp_path / 'two')
-    r = run(TRAIN, *args, f'--out_dir={one}')
+    r = in_process(train.main, *args, f'--out_dir={one}')
     assert r.returncode == 0, r.stderr
     r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', TRAIN,
                         *args, f'--out_dir={two}'], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
