@@ -68,7 +68,7 @@ COOLDOWN = 0.2                                    # the last fifth of every budg
 
 if SMOKE:                # toy sizes on the CPU: 2 rungs, 2 arms, seed 0 at 2 rates and seed 1: 12 runs
     T, HEAD, Q, BRANCH_FRACTIONS = 32, 8, None, ()
-    RUNGS = [dict(width=24, tokens=8192, rows=8), dict(width=48, tokens=16384, rows=8)]
+    RUNGS = [dict(width=24, tokens=2048, rows=8), dict(width=48, tokens=4096, rows=8)]       # 8 and 16 steps
     ARMS = {k: ARMS[k] for k in ('dense', 'xmod_s4')}
     SEEDS, RATE_FACTORS = (0, 1), (1, 2)
     CORPUS = dict(CORPUS, dataset='shakespeare', train_tokens=None, sha256=None)

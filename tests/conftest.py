@@ -3,7 +3,9 @@ What more than one test file uses: pytest reads this file before the tests, so i
 test file without an import, and a test file imports its helpers by name (`from conftest import TINY, run`). No
 sys.path edits anywhere: pytest.ini's pythonpath puts the repository's root (and tutorial/) on the path.
 """
+import contextlib
 import csv
+import io
 import json
 import os
 import subprocess
@@ -36,6 +38,32 @@ def needs_devices(n):
 def run(script, *args, env=ENV, timeout=300):
     return subprocess.run([sys.executable, script, *args], capture_output=True, text=True, cwd=ROOT, env=env,
                           timeout=timeout)
+
+
+def in_process(main, *args, omp='1'):
+    """A script's command line run in this process, main(args) (train.main, sample.main, ...), as run() runs it in a
+    subprocess: OMP_NUM_THREADS=omp (one thread, train.py's count whatever the load; None: unset, as test_sweep.py's
+    ENV leaves it to sweeps/sweep.py), torch's thread count restored afterwards, stdout and stderr captured; a
+    CompletedProcess. For the tests where the process itself (its start, a lock, a signal, torchrun) is not tested:
+    it saves the interpreter and torch start of each call."""
+    n, out, err = torch.get_num_threads(), io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        if omp is None:
+            mp.delenv('OMP_NUM_THREADS', raising=False)
+        else:
+            mp.setenv('OMP_NUM_THREADS', omp)
+        try:
+            rc = main(list(args))
+        finally:
+            torch.set_num_threads(n)
+    return subprocess.CompletedProcess(args, rc, out.getvalue(), err.getvalue())
+
+
+def bench_main(argv):
+    """bench.py's command line, for in_process (bench.py has no main of its own: run_main around bench.bench)."""
+    import bench
+    from configurator import run_main
+    return run_main('bench.py', bench.bench, argv)
 
 
 def read_log(out):

@@ -13,17 +13,20 @@ import torch
 import torch.nn.functional as F
 
 import run_folder
+import sample
+import train
 from conftest import (
     CASES,
     ENV,
     ROOT,
-    SAMPLE,
     TINY,
     TRAIN,
     V,
     assert_bad_input,
     assert_same_losses,
     batch,
+    bench_main,
+    in_process,
     needs_devices,
     read_json,
     read_log,
@@ -201,14 +204,14 @@ def test_train_bf16_resumes_exactly_and_samples(corpus, tmp_path):
     resumed from its step-5 checkpoint logs exactly the uninterrupted run's numbers; sample.py generates from the
     bf16 run's checkpoint in bf16, with and without the cache, and in float32 the same greedy text both ways (in
     bf16 a 10-step model's near-tied logits can round either way between the cached and the uncached kernels: seen
-    here, 'e' and 'b' swapped at the 24th new token)."""
+    here, 'e' and 'b' swapped at the 24th new token). train.py and sample.py run in this process (in_process)."""
     args = [f'--data_dir={corpus}', '--model=xmod', '--dtype=bfloat16', *TINY]
     a, b = str(tmp_path / 'a'), str(tmp_path / 'b')
-    r = run(TRAIN, *args, f'--out_dir={a}')
+    r = in_process(train.main, *args, f'--out_dir={a}')
     assert r.returncode == 0, r.stderr
     assert read_json(a)['dtype'] == 'bfloat16' and 'cpu bfloat16' in r.stdout
-    assert run(TRAIN, *args, f'--out_dir={b}', '--stop_iter=7').returncode == 0
-    r = run(TRAIN, '--init_from=resume', f'--out_dir={b}', '--dtype=bfloat16')
+    assert in_process(train.main, *args, f'--out_dir={b}', '--stop_iter=7').returncode == 0
+    r = in_process(train.main, '--init_from=resume', f'--out_dir={b}', '--dtype=bfloat16')
     assert r.returncode == 0, r.stderr
     rows_a, rows_b = read_log(a), read_log(b)
     assert [x['step'] for x in rows_a] == [x['step'] for x in rows_b] == ['0', '5', '10']
@@ -220,13 +223,13 @@ def test_train_bf16_resumes_exactly_and_samples(corpus, tmp_path):
     texts = {}
     for dtype in ('bfloat16', 'float32'):
         for cache in ('True', 'False'):
-            r = run(SAMPLE, f'--out_dir={a}', f'--dtype={dtype}', '--start=to be', '--num_samples=1',
+            r = in_process(sample.main, f'--out_dir={a}', f'--dtype={dtype}', '--start=to be', '--num_samples=1',
                     '--max_new_tokens=30', '--top_k=1', f'--use_cache={cache}', '--window=exact')   # past block_size
             assert r.returncode == 0 and r.stderr == '', r.stderr
             assert r.stdout.startswith('to be') and len(r.stdout.split('\n---------------\n')[0]) == len('to be') + 30
             texts[dtype, cache] = r.stdout
     assert texts['float32', 'True'] == texts['float32', 'False']
-    r = run(SAMPLE, f'--out_dir={a}', '--dtype=fp8')
+    r = in_process(sample.main, f'--out_dir={a}', '--dtype=fp8')
     assert_bad_input(r.returncode, r.stderr, "--dtype='fp8'", 'bfloat16')
 
 
@@ -234,7 +237,7 @@ def test_train_float16_uses_the_grad_scaler(corpus, tmp_path):
     """--dtype=float16 on the CPU (the old-GPU path: float16 autocast and a GradScaler): finite losses, and the
     scaler's state lives in the checkpoint, for an exact resume."""
     out = str(tmp_path / 'fp16')
-    r = run(TRAIN, f'--data_dir={corpus}', '--model=xmod', '--dtype=float16', f'--out_dir={out}', *TINY)
+    r = in_process(train.main, f'--data_dir={corpus}', '--model=xmod', '--dtype=float16', f'--out_dir={out}', *TINY)
     assert r.returncode == 0, r.stderr
     rows = read_log(out)
     assert read_json(out)['dtype'] == 'float16' and float(rows[-1]['val_loss']) < float(rows[0]['val_loss'])
@@ -244,13 +247,13 @@ def test_train_float16_uses_the_grad_scaler(corpus, tmp_path):
 
 def test_train_bf16_compiled(corpus, tmp_path):
     """--dtype=bfloat16 --compile=True: the compiled run trains (top-k), evaluates (top-k and causal) and logs the
-    eager bf16 run's losses to within bf16 rounding."""
+    eager bf16 run's losses to within bf16 rounding (the eager run in this process)."""
     # Drrr (4 layers, FLOP-matched to 2 dense ones): every kind of layer, a third of the default's compile time
     args = [f'--data_dir={corpus}', '--model=xmod', '--dense_layers=2', '--dtype=bfloat16', *TINY[:4],
             '--max_iters=4', '--eval_interval=4', '--eval_tokens=256', '--warmup_iters=2', '--log_interval=2']
     eager, compiled = str(tmp_path / 'eager'), str(tmp_path / 'compiled')
-    assert run(TRAIN, *args, f'--out_dir={eager}').returncode == 0
-    r = run(TRAIN, *args, f'--out_dir={compiled}', '--compile=True', timeout=600)
+    assert in_process(train.main, *args, f'--out_dir={eager}').returncode == 0
+    r = run(TRAIN, *args, f'--out_dir={compiled}', '--compile=True', timeout=600)    # compiles in a fresh process
     assert r.returncode == 0, r.stderr[-3000:]
     assert_same_losses(eager, compiled, ('train_loss', 'val_loss', 'val_loss_causal'), 0.02)
 
@@ -261,7 +264,7 @@ def test_ddp_two_processes_match_one_in_bf16(corpus, tmp_path):
     """2 gloo processes under bf16 autocast at the same global batch give the 1-process losses to bf16 rounding."""
     args = [f'--data_dir={corpus}', '--gradient_accumulation_steps=2', '--dtype=bfloat16', *TINY]
     one, two = str(tmp_path / 'one'), str(tmp_path / 'two')
-    r = run(TRAIN, *args, f'--out_dir={one}')
+    r = in_process(train.main, *args, f'--out_dir={one}')
     assert r.returncode == 0, r.stderr
     r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', TRAIN,
                         *args, f'--out_dir={two}'], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
@@ -274,8 +277,8 @@ def test_bench_in_bf16(tmp_path):
     """bench.py --dtype=bfloat16 at a toy size: every phase of both models runs and is timed."""
     import json
     out = tmp_path / 'bench.json'
-    r = run(os.path.join(ROOT, 'bench.py'), '--contexts=40', '--n_embd=32', '--n_head=2', '--steps=1', '--rounds=1',
-            '--prompt=8', '--new_tokens=8', '--extras=False', '--dtype=bfloat16', f'--json={out}')
+    r = in_process(bench_main, '--contexts=40', '--n_embd=32', '--n_head=2', '--steps=1', '--rounds=1', '--prompt=8',
+                   '--new_tokens=8', '--extras=False', '--dtype=bfloat16', f'--json={out}')
     assert r.returncode == 0, r.stderr
     assert 'cpu bfloat16' in r.stdout
     rows = json.load(open(out))

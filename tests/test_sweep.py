@@ -13,9 +13,19 @@ import time
 
 import pytest
 
+import fit_law
+import sweep
+from conftest import in_process
+from data.shakespeare import prepare
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONUNBUFFERED='1')
 ENV.pop('OMP_NUM_THREADS', None)      # let sweeps/sweep.py choose: cores // jobs
+
+
+def in_this_process(main, *args):
+    """The runner (and prepare.py, fit_law.py) in this process, OMP_NUM_THREADS unset as in ENV."""
+    return in_process(main, *args, omp=None)
 
 
 def tiny_corpus(folder):
@@ -28,8 +38,7 @@ def tiny_corpus(folder):
     with open(path, 'w') as f:
         f.write('\n'.join(lines) + '\n')
     data = os.path.join(folder, 'data')
-    subprocess.run([sys.executable, os.path.join(ROOT, 'data', 'shakespeare', 'prepare.py'), f'--input={path}',
-                    f'--out_dir={data}'], check=True, capture_output=True, cwd=ROOT)
+    assert in_this_process(prepare.main, f'--input={path}', f'--out_dir={data}').returncode == 0
     return data
 
 
@@ -59,16 +68,14 @@ def test_tiny_sweep_runs_resumes_and_fits(tmp_path):
     for name in names:
         with open(runs / name / 'run.json') as f:
             assert json.load(f)['finished'] is True
-    # a second call finds everything finished and runs nothing
+    # a second call finds everything finished and runs nothing (this one, and the fit, in this process)
     mtime = os.stat(runs / 'dense_L2' / 'log.csv').st_mtime_ns
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
+    p = in_this_process(sweep.main, *cmd[2:])
     assert p.returncode == 0 and '5 finished, 0 to run' in p.stdout
     assert os.stat(runs / 'dense_L2' / 'log.csv').st_mtime_ns == mtime
     # the fit goes end to end
     out = tmp_path / 'law'
-    p = subprocess.run([sys.executable, os.path.join(ROOT, 'fit_law.py'), str(runs), f'--out={out}',
-                        '--bootstrap=20'], capture_output=True, text=True, cwd=ROOT, env=ENV,
-                       timeout=300)
+    p = in_this_process(fit_law.main, str(runs), f'--out={out}', '--bootstrap=20')
     assert p.returncode == 0, p.stdout + p.stderr
     with open(out / 'fit.json') as f:
         fit = json.load(f)
@@ -100,12 +107,12 @@ def test_sweep_runs_a_wsd_branch(tmp_path):
     runs = tmp_path / 'runs'
     sweep_file = tmp_path / 'wsd.py'
     sweep_file.write_text(WSD_SWEEP.format(data=data, runs=str(runs)))
-    cmd = [sys.executable, os.path.join(ROOT, 'sweeps/sweep.py'), str(sweep_file), f'--out={runs}']
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=600)
+    args = [str(sweep_file), f'--out={runs}']
+    p = in_this_process(sweep.main, *args)           # the runner in this process, the runs its subprocesses
     assert p.returncode == 0, p.stdout + p.stderr
     info = {n: json.load(open(runs / n / 'run.json')) for n in ('branch10', 'alone10')}
     assert info['branch10']['branch_of']['step'] == 8 and info['branch10']['final'] == info['alone10']['final']
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
+    p = in_this_process(sweep.main, *args)
     assert p.returncode == 0 and '3 finished, 0 to run' in p.stdout
 
 
@@ -121,13 +128,14 @@ runs = [dict(name=f'dense_seed{{s}}', model='dense', n_layer=2, seed=s) for s in
 def test_commands_and_the_slurm_array_script(tmp_path):
     """--commands prints one resumable train.py line per unfinished run and nothing else; sweeps/slurm_array.sh runs
     the line of its array task from the repository root (python on PATH, as on a cluster node); that run is then
-    finished, so the next --commands has one line fewer; --dry_run counts each run's FLOPs as run.json does."""
+    finished, so the next --commands has one line fewer; --dry_run counts each run's FLOPs as run.json does. The
+    runner goes in this process, the Slurm script in its own."""
     data = tiny_corpus(str(tmp_path))
     sweep_file = tmp_path / 'cluster.py'
     sweep_file.write_text(CLUSTER_SWEEP.format(data=data))
     runs = tmp_path / 'runs'
-    cmd = [sys.executable, os.path.join(ROOT, 'sweeps/sweep.py'), str(sweep_file), f'--out={runs}', '--commands']
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
+    cmd = [str(sweep_file), f'--out={runs}', '--commands']
+    p = in_this_process(sweep.main, *cmd)
     lines = p.stdout.splitlines()
     assert p.returncode == 0 and len(lines) == 6, p.stdout + p.stderr
     assert all(line.startswith('python train.py ') and line.endswith('--init_from=auto') and
@@ -149,10 +157,9 @@ def test_commands_and_the_slurm_array_script(tmp_path):
     with open(runs / 'dense_seed1' / 'run.json') as f:
         info = json.load(f)
     assert info['finished'] is True and sorted(os.listdir(runs)) == ['dense_seed1']
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
+    p = in_this_process(sweep.main, *cmd)
     assert len(p.stdout.splitlines()) == 5 and 'dense_seed1 ' not in p.stdout + ' '
-    p = subprocess.run(cmd[:-1] + ['--dry_run', '--flops_per_s=1e9'], capture_output=True, text=True, cwd=ROOT,
-                       env=ENV, timeout=120)
+    p = in_this_process(sweep.main, *cmd[:-1], '--dry_run', '--flops_per_s=1e9')
     rows = {line.split()[1]: line.split() for line in p.stdout.splitlines() if line.startswith(('new', 'finished'))}
     per_run = 3 * info['flops_per_token'] * info['tokens_per_iter'] * info['n_iters']
     assert rows['dense_seed1'][:4] == ['finished', 'dense_seed1', f'{per_run:.3g}', 'FLOPs']
@@ -258,22 +265,57 @@ SWEEP_FILES = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(RO
                      if os.path.basename(p) not in ('sweep.py', 'recipe.py'))
 
 
+# Runs each sweep file, or the runner on one, as `python FILE ARGS` does, in one interpreter (one torch import for
+# them all): each starts with the interpreter's own sys.path, the file's folder first, and none of the repository's
+# modules imported, so a file that relies on another's imports or on pytest's path fails here as it would alone.
+# argv: a JSON list of [key, cwd, [file, *args]]; prints {key: [exit code, stdout, stderr tail]} as JSON.
+AS_SCRIPTS = r'''
+import contextlib, io, json, os, runpy, sys
+base = [p for p in sys.path if p and os.path.abspath(p) != os.getcwd()]
+jobs, root = json.loads(sys.argv[1]), os.path.abspath(sys.argv[2]) + os.sep
+for key, cwd, (script, *args) in jobs:
+    os.chdir(cwd)
+    for m in [m for m, mod in sys.modules.items()
+              if os.path.abspath(getattr(mod, '__file__', None) or os.sep).startswith(root)]:
+        del sys.modules[m]
+    sys.path[:] = [os.path.dirname(os.path.abspath(script))] + base
+    sys.argv = [script, *args]
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            runpy.run_path(script, run_name='__main__')
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except Exception as e:
+            code, _ = 1, err.write(f'{type(e).__name__}: {e}')
+    print(json.dumps({key: [code, out.getvalue(), err.getvalue()[-500:]]}))
+'''
+
+
 def test_every_sweep_file_runs_itself(tmp_path):
     """`python sweeps/NAME.py --dry_run` hands the file and its arguments to the runner, sweeps/sweep.py (a dry run
     needs no data; --out keeps the committed results folder out of it), from any folder; for two files, one at each
-    level, the same lines as the runner's. The dry runs go two at a time (each is mostly a Python start)."""
-    def dry(*script, cwd=ROOT):
-        return subprocess.run([sys.executable, *script, '--dry_run', f'--out={tmp_path}'], capture_output=True,
-                              text=True, cwd=cwd, env=ENV, timeout=300)
-    runner = ('sweeps/classroom.py', 'sweeps/study/cpu_context.py')
-    jobs = [(path, (os.path.join(ROOT, path),), tmp_path) for path in SWEEP_FILES]
-    jobs += [(path + ' (runner)', (os.path.join('sweeps', 'sweep.py'), path), ROOT) for path in runner]
+    level, the same lines as the runner's. Those two run as their own processes from another folder; every file
+    (those two again) and the runner on those two run as scripts one after another in one more process (AS_SCRIPTS:
+    each mostly a Python start otherwise)."""
+    args = ['--dry_run', f'--out={tmp_path}']
+    alone = ('sweeps/gpu_small.py', 'sweeps/study/cpu_code.py')        # two of the quick ones
+    jobs = [(path, str(tmp_path), [os.path.join(ROOT, path), *args]) for path in SWEEP_FILES]
+    jobs += [(path + ' (runner)', ROOT, [os.path.join('sweeps', 'sweep.py'), path, *args]) for path in alone]
+    cmds = [[sys.executable, os.path.join(ROOT, path), *args] for path in alone]
+    cmds.append([sys.executable, '-c', AS_SCRIPTS, json.dumps(jobs), ROOT])
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        out = dict(zip([j[0] for j in jobs], pool.map(lambda j: dry(*j[1], cwd=j[2]), jobs)))
+        procs = list(pool.map(lambda cmd: subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path),
+                                                         env=ENV, timeout=300), cmds))
+    assert procs[-1].returncode == 0, procs[-1].stderr[-2000:]
+    out = {k: v for line in procs[-1].stdout.splitlines() for k, v in json.loads(line).items()}
+    assert sorted(out) == sorted(j[0] for j in jobs)
     for path in SWEEP_FILES:
-        assert out[path].returncode == 0 and 'FLOPs:' in out[path].stdout, (path, out[path].stderr[-500:])
-    for path in runner:
-        assert out[path].stdout == out[path + ' (runner)'].stdout, path
+        code, stdout, stderr = out[path]
+        assert code == 0 and 'FLOPs:' in stdout, (path, code, stderr)
+    for path, p in zip(alone, procs):
+        assert p.returncode == 0 and 'FLOPs:' in p.stdout, (path, p.stderr[-500:])
+        assert p.stdout == out[path][1] == out[path + ' (runner)'][1], path
 
 
 def test_sweeps_take_train_defaults_from_its_config_block():

@@ -2,7 +2,8 @@
 Tests for train.py and sample.py: tiny end-to-end runs of every family, exact resume, atomic checkpoints, DDP with
 two CPU processes, sampling, and every bad-input case of issue 3 (exit code 2, one line, nothing on disk touched).
 Everything runs on a tiny self-made corpus in a temporary folder; no network, no data/ folder needed.
-Training runs are subprocesses with one thread each (two threads on a busy 2-core machine oversubscribe badly).
+Training runs are one thread each (two threads on a busy 2-core machine oversubscribe badly): subprocesses where
+the process is what is tested (exit codes, locks, torchrun), else train.main in this process (`here`).
 """
 import json
 import os
@@ -16,6 +17,7 @@ import torch
 
 import configurator
 import run_folder
+import sample
 import train
 import xmod
 from conftest import (
@@ -26,6 +28,8 @@ from conftest import (
     TRAIN,
     assert_bad_input,
     assert_same_losses,
+    bench_main,
+    in_process,
     needs_devices,
     read_json,
     read_log,
@@ -55,14 +59,19 @@ def snapshot(*folders):
     return snap
 
 
+def here(*args):
+    """train.py's command line in this process (conftest.in_process)."""
+    return in_process(train.main, *args)
+
+
 @pytest.fixture(scope='module')
 def runs(corpus, tmp_path_factory):
-    """One tiny finished run of each family: {model: out_dir}."""
+    """One tiny finished run of each family, trained in this process: {model: out_dir}."""
     base = tmp_path_factory.mktemp('runs')
     outs = {}
     for model in xmod.MODELS:
         out = str(base / model)
-        r = run(TRAIN, f'--data_dir={corpus}', f'--out_dir={out}', f'--model={model}', *TINY)
+        r = here(f'--data_dir={corpus}', f'--out_dir={out}', f'--model={model}', *TINY)
         assert r.returncode == 0, r.stderr
         outs[model] = out
     return outs
@@ -225,19 +234,20 @@ def test_key_value_as_two_arguments_flags_and_lists(tmp_path, capsys):
 def test_resume_is_exact(corpus, tmp_path, router):
     """A run stopped after step 12 (its checkpoint is at step 10) and resumed reaches exactly the losses of an
     uninterrupted run: dropout and gradient accumulation on, so RNG state and data position both matter; random
-    routing draws from (seed, step, row), so a resume draws what the uninterrupted run drew."""
+    routing draws from (seed, step, row), so a resume draws what the uninterrupted run drew. The runs go in this
+    process (here)."""
     args = [f'--data_dir={corpus}', '--max_iters=20', '--dropout=0.1', '--gradient_accumulation_steps=2',
             f'--router={router}'] + TINY[:4]
     args += ['--eval_interval=5', '--eval_tokens=512', '--warmup_iters=2', '--log_interval=3']
     a, b = str(tmp_path / 'a'), str(tmp_path / 'b')
-    assert run(TRAIN, *args, f'--out_dir={a}').returncode == 0
-    r = run(TRAIN, *args, f'--out_dir={b}', '--stop_iter=12')
+    assert here(*args, f'--out_dir={a}').returncode == 0
+    r = here(*args, f'--out_dir={b}', '--stop_iter=12')
     assert r.returncode == 0 and 'stop_iter' in r.stdout
     assert [int(x['step']) for x in read_log(b)] == [0, 5, 10] and read_json(b)['finished'] is False
     # a kill between writing a row and saving its checkpoint leaves a row past the checkpoint, and a torn line
     with open(os.path.join(b, 'log.csv'), 'a') as f:
         f.write('15,' + ','.join(['1.0'] * (len(read_log(b)[0]) - 1)) + '\n16,0.5')
-    r = run(TRAIN, '--init_from=resume', f'--out_dir={b}')    # the rest of the config comes from the checkpoint
+    r = here('--init_from=resume', f'--out_dir={b}')    # the rest of the config comes from the checkpoint
     assert r.returncode == 0, r.stderr
     torn = [line for line in r.stdout.splitlines() if 'cut mid-line' in line]   # said once; the full row 15 is not
     assert len(torn) == 1 and "'16,0.5'" in torn[0] and 'resumes at step 10' in torn[0], r.stdout
@@ -250,7 +260,7 @@ def test_resume_is_exact(corpus, tmp_path, router):
     assert read_json(b)['finished'] is True and read_json(b)['final'] == read_json(a)['final']
     # init_from=auto on a finished run: nothing left to do, the log stays as it is
     before = read_log(b)
-    r = run(TRAIN, '--init_from=auto', f'--out_dir={b}')
+    r = here('--init_from=auto', f'--out_dir={b}')
     assert r.returncode == 0 and read_log(b) == before
 
 
@@ -306,9 +316,9 @@ def test_nan_stops_and_keeps_last_good_checkpoint(corpus, tmp_path, monkeypatch,
 # -----------------------------------------------------------------------------------------------------------------
 # DDP and sampling
 
-def thresholds(out):
+def thresholds(out, name):
     """Every routed layer's causal threshold in the run's checkpoint."""
-    ckpt = run_folder.load_checkpoint(os.path.join(out, 'ckpt.pt'))
+    ckpt = run_folder.load_checkpoint(os.path.join(out, name))
     model = xmod.GPT(xmod.GPTConfig(**ckpt['model_args']))
     model.load_state_dict(ckpt['model'])
     return [layer.router.threshold() for layer in model.transformer.h if isinstance(layer, xmod.RoutedBlock)]
@@ -317,24 +327,23 @@ def thresholds(out):
 @needs_devices(2)
 def test_ddp_two_processes_match_one(corpus, tmp_path):
     """2 gloo processes at the same global batch (4 rows x 2 micro-batches) give the 1-process losses, the causal
-    one included (the thresholds are calibrated once per step from every rank's scores). After one step the
-    thresholds are exactly equal; after ten, the losses agree to 1e-5."""
-    for iters in (1, 10):
-        args = [f'--data_dir={corpus}'] + TINY + [f'--max_iters={iters}']
-        one, two = str(tmp_path / f'one{iters}'), str(tmp_path / f'two{iters}')
-        r = run(TRAIN, *args, '--gradient_accumulation_steps=2', f'--out_dir={one}')
-        assert r.returncode == 0, r.stderr
-        # no --gradient_accumulation_steps: under torchrun it follows the world size, and says so
-        r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
-                            TRAIN, *args, f'--out_dir={two}'], capture_output=True, text=True, cwd=ROOT, env=ENV,
-                           timeout=300)
-        assert r.returncode == 0, r.stderr[-3000:]
-        assert 'note: --gradient_accumulation_steps follows the world size: 2' in r.stdout
-        assert 'broadcast_buffers' not in r.stderr          # torch's deprecation warning, once per rank
-        if iters == 1:
-            assert all(torch.equal(a, b) for a, b in zip(thresholds(one), thresholds(two)))
-        else:
-            assert_same_losses(one, two, ('train_loss', 'val_loss', 'val_loss_causal'), 1e-5)
+    one included (the thresholds are calibrated once per step from every rank's scores). After one step (the step
+    kept as ckpt_1.pt) the thresholds are exactly equal; after ten, the losses agree to 1e-5. The one process runs
+    in this process (here), the two under torchrun."""
+    args = [f'--data_dir={corpus}'] + TINY + ['--save_steps=1']
+    one, two = str(tmp_path / 'one'), str(tmp_path / 'two')
+    r = here(*args, '--gradient_accumulation_steps=2', f'--out_dir={one}')
+    assert r.returncode == 0, r.stderr
+    # no --gradient_accumulation_steps: under torchrun it follows the world size, and says so
+    r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
+                        TRAIN, *args, f'--out_dir={two}'], capture_output=True, text=True, cwd=ROOT, env=ENV,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert 'note: --gradient_accumulation_steps follows the world size: 2' in r.stdout
+    assert 'broadcast_buffers' not in r.stderr          # torch's deprecation warning, once per rank
+    kept = thresholds(one, 'ckpt_1.pt')
+    assert kept and all(torch.equal(a, b) for a, b in zip(kept, thresholds(two, 'ckpt_1.pt')))
+    assert_same_losses(one, two, ('train_loss', 'val_loss', 'val_loss_causal'), 1e-5)
     assert read_json(two)['world_size'] == 2 and read_json(two)['tokens_per_iter'] == read_json(one)['tokens_per_iter']
 
 
@@ -343,7 +352,7 @@ def test_ddp_random_routing_draws_what_one_process_draws(corpus, tmp_path):
     does not overwrite a rank's draw with rank 0's), so the losses are one process's with 2 micro-batches."""
     args = [f'--data_dir={corpus}', '--router=random'] + TINY + ['--max_iters=4', '--eval_interval=2']
     one, two = str(tmp_path / 'one'), str(tmp_path / 'two')
-    r = run(TRAIN, *args, '--gradient_accumulation_steps=2', f'--out_dir={one}')
+    r = here(*args, '--gradient_accumulation_steps=2', f'--out_dir={one}')
     assert r.returncode == 0, r.stderr
     r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
                         TRAIN, *args, f'--out_dir={two}'], capture_output=True, text=True, cwd=ROOT, env=ENV,
@@ -355,13 +364,22 @@ def test_ddp_random_routing_draws_what_one_process_draws(corpus, tmp_path):
 @needs_devices(2)
 def test_ddp_bad_accumulation_is_refused_once(corpus, tmp_path):
     """A --gradient_accumulation_steps the world size does not divide: every rank refuses it before anything is
-    written, rank 0 in one line of its own (a rank other than 0 names itself), and the folder stays empty."""
-    r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', TRAIN,
-                        f'--data_dir={corpus}', *TINY, '--gradient_accumulation_steps=3', f'--out_dir={tmp_path}'],
-                       capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
-    assert r.returncode != 0
-    ours = [line for line in (r.stdout + r.stderr).splitlines() if line.startswith('train.py: error')]
-    assert len(ours) == 1 and 'not a multiple of the world size 2' in ours[0], r.stderr[-2000:]
+    written (exit 2), rank 0 in one line of its own, a rank other than 0 in one line that names itself, and the
+    folder stays empty. The two ranks are started as torchrun starts them (RANK, LOCAL_RANK, WORLD_SIZE), side by
+    side, but without its agent: it stops the other ranks as soon as one exits, so under load the slower rank (rank
+    0 as often as not) was killed before it could say anything."""
+    why = 'is not a multiple of the world size 2'
+    env = dict(ENV, WORLD_SIZE='2')
+    ranks = [subprocess.Popen([sys.executable, TRAIN, f'--data_dir={corpus}', *TINY, '--gradient_accumulation_steps=3',
+                               f'--out_dir={tmp_path}'], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=ROOT, env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank))) for rank in (0, 1)]
+    (out0, err0), (out1, err1) = (p.communicate(timeout=120) for p in ranks)
+    assert [p.returncode for p in ranks] == [2, 2], err0 + err1
+    # counted in each rank's whole output, not line by line: what else a rank prints cannot split or hide it
+    assert (out0 + err0).count('train.py: error') == 1 and (out0 + err0).count(why) == 1, err0
+    assert err0.startswith('train.py: error') and '[rank' not in out0 + err0, err0
+    assert (out1 + err1).count('[rank 1] train.py: error') == 1 and (out1 + err1).count(why) == 1, err1
+    assert (out1 + err1).count('train.py: error') == 1, err1
     assert os.listdir(tmp_path) == []
 
 
@@ -407,9 +425,9 @@ def test_accumulation_equals_one_big_batch(corpus, tmp_path, router):
     base = [f'--data_dir={corpus}'] + TINY[:3] + TINY[4:] + ['--max_iters=4', '--eval_interval=1', '--log_interval=1',
                                                            f'--router={router}']
     one, four = str(tmp_path / 'b16'), str(tmp_path / 'b4x4')
-    r = run(TRAIN, *base, '--batch_size=16', f'--out_dir={one}')
+    r = here(*base, '--batch_size=16', f'--out_dir={one}')
     assert r.returncode == 0, r.stderr
-    r = run(TRAIN, *base, '--batch_size=4', '--gradient_accumulation_steps=4', f'--out_dir={four}')
+    r = here(*base, '--batch_size=4', '--gradient_accumulation_steps=4', f'--out_dir={four}')
     assert r.returncode == 0, r.stderr
     assert_same_losses(one, four, ('train_loss', 'val_loss', 'val_loss_causal'), 1e-5)
 
@@ -437,7 +455,7 @@ def test_run_json_says_what_code_ran(tmp_path):
 
 
 def test_sample(runs):
-    r = run(SAMPLE, f"--out_dir={runs['xmod']}", '--start=to be', '--num_samples=2', '--max_new_tokens=40')
+    r = in_process(sample.main, f"--out_dir={runs['xmod']}", '--start=to be', '--num_samples=2', '--max_new_tokens=40')
     assert r.returncode == 0, r.stderr
     samples = r.stdout.split('\n---------------\n')[:2]      # a sample may itself end in newlines: no strip
     assert len(samples) == 2 and all(s.startswith('to be') and len(s) == len('to be') + 40 for s in samples)
@@ -509,7 +527,7 @@ def test_mfu_against_a_given_peak(corpus, tmp_path):
     """--peak_tflops gives log.csv's mfu: training FLOPs per second (3 x forward FLOPs/token x tokens/s) over the
     peak; step 0 has trained nothing and has none."""
     out = str(tmp_path / 'mfu')
-    r = run(TRAIN, f'--data_dir={corpus}', f'--out_dir={out}', '--peak_tflops=1e-3', *TINY)
+    r = here(f'--data_dir={corpus}', f'--out_dir={out}', '--peak_tflops=1e-3', *TINY)
     assert r.returncode == 0, r.stderr
     rows, fpt = read_log(out), read_json(out)['flops_per_token']
     assert rows[0]['mfu'] == ''
@@ -794,7 +812,7 @@ def test_extending_a_finished_run_keeps_its_schedule(runs, tmp_path):
     import shutil
     shutil.copytree(runs['dense'], out)
     before = read_log(out)
-    r = run(TRAIN, f'--out_dir={out}', '--init_from=resume', '--max_iters=14', '--eval_interval=2')
+    r = here(f'--out_dir={out}', '--init_from=resume', '--max_iters=14', '--eval_interval=2')
     assert r.returncode == 0, r.stderr
     assert 'extending' in r.stdout and 'min_lr' in r.stdout
     rows = read_log(out)
@@ -828,18 +846,19 @@ def test_wsd_branch_equals_the_separate_run(corpus, tmp_path):
     branch taken from a longer WSD run of the same seed and settings at the step where N's cooldown starts: the same
     losses, learning rate and statistics in every row from that step on, and the same final weights. Budgets 20 and
     25 branch at steps 16 (between evaluations: the branch carries the parent's training-loss sum) and 20 (an
-    evaluation step). Dropout and gradient accumulation on, so RNG state and data position both matter."""
+    evaluation step). Dropout and gradient accumulation on, so RNG state and data position both matter. The runs go
+    in this process (here)."""
     base = [f'--data_dir={corpus}', '--model=xmod', '--lr_schedule=wsd', '--dropout=0.1',
             '--gradient_accumulation_steps=2', *TINY[:4], '--eval_interval=5', '--eval_tokens=512', '--warmup_iters=2',
             '--log_interval=2']
     long = str(tmp_path / 'long')
-    r = run(TRAIN, *base, '--max_iters=40', '--save_steps=16,20', f'--out_dir={long}')
+    r = here(*base, '--max_iters=40', '--save_steps=16,20', f'--out_dir={long}')
     assert r.returncode == 0, r.stderr
     assert sorted(os.listdir(long)) == ['ckpt.pt', 'ckpt_16.pt', 'ckpt_20.pt', 'log.csv', 'run.json', 'train.lock']
     for budget, at in ((20, 16), (25, 20)):
         alone, branch = str(tmp_path / f'alone{budget}'), str(tmp_path / f'branch{budget}')
-        assert run(TRAIN, *base, f'--max_iters={budget}', f'--out_dir={alone}').returncode == 0
-        r = run(TRAIN, f'--init_from={long}/ckpt_{at}.pt', f'--max_iters={budget}', f'--out_dir={branch}')
+        assert here(*base, f'--max_iters={budget}', f'--out_dir={alone}').returncode == 0
+        r = here(f'--init_from={long}/ckpt_{at}.pt', f'--max_iters={budget}', f'--out_dir={branch}')
         assert r.returncode == 0, r.stderr
         assert f'branch of {long}/ckpt_{at}.pt at step {at}; its cooldown starts at step {at}' in r.stdout
         rows_alone = {x['step']: x for x in read_log(alone)}
@@ -856,7 +875,7 @@ def test_wsd_branch_equals_the_separate_run(corpus, tmp_path):
         assert all(torch.equal(a[k], b[k]) for k in a)
         # the same command again finds the finished branch and leaves it as it is (sweeps/sweep.py reruns commands)
         before = read_log(branch)
-        assert run(TRAIN, f'--init_from={long}/ckpt_{at}.pt', f'--max_iters={budget}',
+        assert here(f'--init_from={long}/ckpt_{at}.pt', f'--max_iters={budget}',
                    f'--out_dir={branch}').returncode == 0
         assert read_log(branch) == before
     # the long run's own cooldown is untouched by what it kept
@@ -867,7 +886,7 @@ def test_branch_bad_input(corpus, tmp_path, bad_train):
     """A missing kept step, a branch into its parent's folder, and a branch with nothing left to train: exit 2, one
     line, nothing touched."""
     parent = str(tmp_path / 'parent')
-    assert run(TRAIN, f'--data_dir={corpus}', *TINY, '--save_steps=10', f'--out_dir={parent}').returncode == 0
+    assert here(f'--data_dir={corpus}', *TINY, '--save_steps=10', f'--out_dir={parent}').returncode == 0
     before = snapshot(parent)
     for args, needle in (([f'--init_from={parent}/ckpt_7.pt'], 'keep that step with --save_steps'),
                          ([f'--init_from={parent}/ckpt_10.pt', f'--out_dir={parent}'], 'its own --out_dir'),
@@ -943,8 +962,8 @@ def test_redirected_output_arrives_line_by_line(corpus, tmp_path):
 def test_bench_prints_and_writes_its_rows(tmp_path):
     """bench.py at a toy size: every phase, the ratios it promises (reference rows at 1), the JSON rows' fields."""
     out = tmp_path / 'bench.json'
-    r = run(os.path.join(ROOT, 'bench.py'), '--contexts=40', '--n_embd=32', '--n_head=2', '--steps=1', '--rounds=1',
-            '--prompt=8', '--new_tokens=8', '--extras=False', f'--json={out}')
+    r = in_process(bench_main, '--contexts=40', '--n_embd=32', '--n_head=2', '--steps=1', '--rounds=1', '--prompt=8',
+                   '--new_tokens=8', '--extras=False', f'--json={out}')
     assert r.returncode == 0, r.stderr
     assert '| model | impl | T | phase |' in r.stdout
     rows = json.load(open(out))
@@ -992,8 +1011,8 @@ def test_bench_extras_time_fast_against_naive(tmp_path):
     path against its naive one (the naive row is the reference, at 1), and dense against the nanoGPT-shaped GPT. The
     MoE's whole model at every T, the layers at the first."""
     out = tmp_path / 'bench.json'
-    r = run(os.path.join(ROOT, 'bench.py'), '--contexts=40,24', '--n_embd=32', '--n_head=2', '--steps=1',
-            '--rounds=1', '--phases=train', f'--json={out}')
+    r = in_process(bench_main, '--contexts=40,24', '--n_embd=32', '--n_head=2', '--steps=1', '--rounds=1',
+                   '--phases=train', f'--json={out}')
     assert r.returncode == 0, r.stderr
     rows = {(x['model'], x['impl'], x['phase'], x['T']): x for x in json.load(open(out))}
     for model, phase, T in (('moe', 'train', 40), ('moe', 'train', 24), ('moe', 'layer_train', 40),
