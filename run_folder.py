@@ -3,7 +3,8 @@ run_folder.py: what several scripts share about a run folder and a run's plan, a
 
   - run.json, log.csv (its first columns, LOG_COLUMNS, are a contract fit_law.py reads) and ckpt.pt, every write
     atomic; load_model for the scripts that use a trained model; one trainer per folder (lock); what code ran
-  - a run's plan from its config alone (sizes: FLOP matching, the budget): train.py trains it, sweeps/sweep.py sums it
+  - a run's plan from its config alone (sizes: FLOP matching, the budget; get_lr: the learning-rate schedule):
+    train.py trains it, sweeps/sweep.py sums it, tools/plot_run.py draws it
   - train.py's lifecycle: which run a command starts or continues, the checks that keep a folder one run's, the
     folder's state, checkpoints, RNG states, Ctrl-C
 """
@@ -15,6 +16,7 @@ import glob
 import hashlib
 import io
 import json
+import math
 import os
 import random
 import signal
@@ -184,8 +186,8 @@ def append_log(path, row):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# A run's plan, from its config alone: the model (FLOP matching), the budget. train.py trains it; sweeps/sweep.py adds
-# up its FLOPs (--dry_run) without starting a run
+# A run's plan, from its config alone: the model (FLOP matching), the budget, the schedule. train.py trains it;
+# sweeps/sweep.py adds up its FLOPs (--dry_run) without starting a run; tools/plot_run.py draws its schedule
 
 def model_keys(cfg):
     """{field: value} of the train config's keys that are GPTConfig's fields (all but vocab_size, the data's)."""
@@ -246,6 +248,27 @@ def resolve_iters(cfg, fpt, tokens_per_iter):
     if cfg.max_tokens > 0:
         return max(1, round(cfg.max_tokens / tokens_per_iter))
     return cfg.max_iters
+
+
+def get_lr(cfg, it, schedule_iters):
+    """Linear warmup, then over the iterations the run started with (schedule_iters):
+      cosine    decay from learning_rate to min_lr; beyond them (a run extended on resume), min_lr;
+      wsd       warmup-stable-decay (Hagele et al. 2024): learning_rate until cooldown_start, then
+                linearly to min_lr. Until then a run does not depend on its budget: one long run,
+                branched at each budget's cooldown_start, replaces a run per budget;
+      constant  learning_rate (also decay_lr=False)."""
+    if it < cfg.warmup_iters:
+        return cfg.learning_rate * (it + 1) / (cfg.warmup_iters + 1)
+    if not cfg.decay_lr or cfg.lr_schedule == 'constant':
+        return cfg.learning_rate
+    if cfg.lr_schedule == 'wsd':
+        start = cooldown_start(cfg, schedule_iters)
+        if it < start:
+            return cfg.learning_rate
+        ratio = min(1.0, (it - start) / max(1, schedule_iters - start))
+        return cfg.learning_rate + ratio * (cfg.min_lr - cfg.learning_rate)
+    ratio = min(1.0, (it - cfg.warmup_iters) / max(1, schedule_iters - cfg.warmup_iters))
+    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.learning_rate - cfg.min_lr)
 
 
 def cooldown_start(cfg, schedule_iters):

@@ -36,7 +36,7 @@ import run_folder  # checkpoints, log.csv, run.json, the run's plan and lifecycl
 import xmod
 from configurator import UserError, configure, defaults_of, run_main
 from data.loader import eval_starts, find_data, open_split, read_windows
-from run_folder import sizes
+from run_folder import get_lr, sizes  # the learning-rate schedule: a run's plan, shared with tools/plot_run.py
 from xmod import GPT, GPTConfig
 
 # --------------------------------------------------------------------------------------------------
@@ -99,34 +99,13 @@ PROGRESS_S = 30   # stdout not a terminal (a log file, a sweep's train.log): a p
 
 
 # --------------------------------------------------------------------------------------------------
-# data, schedule, evaluation
+# data, evaluation (the schedule, get_lr, is run_folder's: tools/plot_run.py draws it too)
 
 def batch_starts(seed, step, n_rows, n_tokens, T):
     """The global batch's start positions: a pure function of (seed, step), so every family sees
     the same data, a resume the batches it would have seen, DDP ranks one process's batch."""
     rng = np.random.default_rng([seed, step])
     return rng.integers(0, n_tokens - T, size=n_rows)
-
-
-def get_lr(cfg, it, schedule_iters):
-    """Linear warmup, then over the iterations the run started with (schedule_iters):
-      cosine    decay from learning_rate to min_lr; beyond them (a run extended on resume), min_lr;
-      wsd       warmup-stable-decay (Hagele et al. 2024): learning_rate until cooldown_start, then
-                linearly to min_lr. Until then a run does not depend on its budget: one long run,
-                branched at each budget's cooldown_start, replaces a run per budget;
-      constant  learning_rate (also decay_lr=False)."""
-    if it < cfg.warmup_iters:
-        return cfg.learning_rate * (it + 1) / (cfg.warmup_iters + 1)
-    if not cfg.decay_lr or cfg.lr_schedule == 'constant':
-        return cfg.learning_rate
-    if cfg.lr_schedule == 'wsd':
-        start = run_folder.cooldown_start(cfg, schedule_iters)
-        if it < start:
-            return cfg.learning_rate
-        ratio = min(1.0, (it - start) / max(1, schedule_iters - start))
-        return cfg.learning_rate + ratio * (cfg.min_lr - cfg.learning_rate)
-    ratio = min(1.0, (it - cfg.warmup_iters) / max(1, schedule_iters - cfg.warmup_iters))
-    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.learning_rate - cfg.min_lr)
 
 
 @torch.no_grad()

@@ -324,6 +324,19 @@ def thresholds(out, name):
     return [layer.router.threshold() for layer in model.transformer.h if isinstance(layer, xmod.RoutedBlock)]
 
 
+def one_and_two_processes(args, tmp_path):
+    """The same run in one process with 2 micro-batches (here) and under torchrun in 2 gloo processes, whose
+    --gradient_accumulation_steps follows the world size: (one's out_dir, two's out_dir, torchrun's result)."""
+    one, two = str(tmp_path / 'one'), str(tmp_path / 'two')
+    r = here(*args, '--gradient_accumulation_steps=2', f'--out_dir={one}')
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
+                        TRAIN, *args, f'--out_dir={two}'], capture_output=True, text=True, cwd=ROOT, env=ENV,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return one, two, r
+
+
 @needs_devices(2)
 def test_ddp_two_processes_match_one(corpus, tmp_path):
     """2 gloo processes at the same global batch (4 rows x 2 micro-batches) give the 1-process losses, the causal
@@ -331,14 +344,8 @@ def test_ddp_two_processes_match_one(corpus, tmp_path):
     kept as ckpt_1.pt) the thresholds are exactly equal; after ten, the losses agree to 1e-5. The one process runs
     in this process (here), the two under torchrun."""
     args = [f'--data_dir={corpus}'] + TINY + ['--save_steps=1']
-    one, two = str(tmp_path / 'one'), str(tmp_path / 'two')
-    r = here(*args, '--gradient_accumulation_steps=2', f'--out_dir={one}')
-    assert r.returncode == 0, r.stderr
+    one, two, r = one_and_two_processes(args, tmp_path)
     # no --gradient_accumulation_steps: under torchrun it follows the world size, and says so
-    r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
-                        TRAIN, *args, f'--out_dir={two}'], capture_output=True, text=True, cwd=ROOT, env=ENV,
-                       timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
     assert 'note: --gradient_accumulation_steps follows the world size: 2' in r.stdout
     assert 'broadcast_buffers' not in r.stderr          # torch's deprecation warning, once per rank
     kept = thresholds(one, 'ckpt_1.pt')
@@ -351,13 +358,7 @@ def test_ddp_random_routing_draws_what_one_process_draws(corpus, tmp_path):
     """Random routing under 2 gloo processes: each rank draws its rows by their place in the global batch (and DDP
     does not overwrite a rank's draw with rank 0's), so the losses are one process's with 2 micro-batches."""
     args = [f'--data_dir={corpus}', '--router=random'] + TINY + ['--max_iters=4', '--eval_interval=2']
-    one, two = str(tmp_path / 'one'), str(tmp_path / 'two')
-    r = here(*args, '--gradient_accumulation_steps=2', f'--out_dir={one}')
-    assert r.returncode == 0, r.stderr
-    r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
-                        TRAIN, *args, f'--out_dir={two}'], capture_output=True, text=True, cwd=ROOT, env=ENV,
-                       timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
+    one, two, _ = one_and_two_processes(args, tmp_path)
     assert_same_losses(one, two, ('train_loss', 'val_loss', 'val_loss_causal'), 1e-5)
 
 
@@ -832,12 +833,12 @@ def test_wsd_schedule():
     cfg = types.SimpleNamespace(learning_rate=1e-2, min_lr=1e-3, warmup_iters=10, decay_lr=True, lr_schedule='wsd',
                                 cooldown_frac=0.2)
     assert run_folder.cooldown_start(cfg, 100) == 80
-    lrs = [train.get_lr(cfg, it, 100) for it in range(101)]
+    lrs = [run_folder.get_lr(cfg, it, 100) for it in range(101)]
     assert lrs[:10] == [1e-2 * (i + 1) / 11 for i in range(10)] and set(lrs[10:81]) == {1e-2}
     assert lrs[90] == pytest.approx(5.5e-3) and lrs[100] == pytest.approx(1e-3) and lrs[85] > lrs[86]
-    assert train.get_lr(cfg, 150, 100) == pytest.approx(1e-3)                 # extended on resume: min_lr
+    assert run_folder.get_lr(cfg, 150, 100) == pytest.approx(1e-3)                 # extended on resume: min_lr
     cfg.lr_schedule = 'constant'
-    assert {train.get_lr(cfg, it, 100) for it in range(10, 101)} == {1e-2}
+    assert {run_folder.get_lr(cfg, it, 100) for it in range(10, 101)} == {1e-2}
     assert train.DEFAULTS['lr_schedule'] == 'cosine' and train.DEFAULTS['cooldown_frac'] == 0.2
 
 

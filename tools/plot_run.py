@@ -48,14 +48,14 @@ def series(log, x, y):
 
 
 def lr_schedule(info):
-    """(tokens, lr) at every step of the run's schedule, from run.json's config (train.get_lr): log.csv has the
+    """(tokens, lr) at every step of the run's schedule, from run.json's config (run_folder.get_lr, train.py's schedule): log.csv has the
     rate at its evaluations only, which would draw a 100-step warmup as a ramp over the first eval interval. None
     without a run.json."""
     if not info.get('config') or not info.get('n_iters'):
         return None
     from types import SimpleNamespace
 
-    from train import get_lr
+    from run_folder import get_lr
     cfg = SimpleNamespace(**info['config'])
     steps = range(info['n_iters'] + 1)
     return [s * info['tokens_per_iter'] for s in steps], [get_lr(cfg, s, info['n_iters']) for s in steps]
